@@ -1,0 +1,122 @@
+// Module<T>: the base of every layer that owns parameters, children or caches.
+//
+// Contract shared by all modules (the way dlib's layers_abstract.h states its layer contracts):
+//   forward(inputs...)   requires: inputs of the documented shapes (ShapeError otherwise).
+//                        ensures:  returns the module's output buffer, valid until the next
+//                                  forward; keeps exactly what backward needs (documented per
+//                                  member) as handles, not copies.
+//   backward(dy)         requires: the last call was forward on the same module; dy has the
+//                                  output's shape.
+//                        ensures:  parameter gradients ACCUMULATE (+=) into Parameter::grad, so
+//                                  several backward passes sum (gradient accumulation);
+//                                  returns the gradient of the input(s), overwritten each call.
+//   zero_grad()          sets every parameter gradient to zero.
+//   train(bool)/eval()   switches dropout on or off in this module and all its children.
+//
+// Modules register parameters and children by name in their constructor, so parameters() can
+// enumerate (name, value, grad) with torch.nn.Transformer's state_dict names, and one Adam, one
+// checkpoint writer and one gradient checker serve every module. Registration stores pointers to
+// members, so modules are neither copyable nor movable; hold layers in std::unique_ptr.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "attn/random.hpp"
+#include "attn/tensor.hpp"
+
+namespace attn {
+
+/// A learnable tensor and the gradient that backward accumulates into it (same shape).
+template <class T>
+struct Parameter {
+  Tensor<T> value;
+  Tensor<T> grad;
+
+  void allocate(const Shape& shape) {
+    value = Tensor<T>(shape);
+    grad = Tensor<T>(shape);
+  }
+  /// Shares `other`'s value and gradient storage (weight tying): updates to one are the other's.
+  void tie_to(const Parameter& other) {
+    value = other.value;
+    grad = other.grad;
+  }
+};
+
+/// One entry of Module::parameters(): handles to the value and gradient storage.
+template <class T>
+struct NamedParameter {
+  std::string name;
+  Tensor<T> value;
+  Tensor<T> grad;
+};
+
+template <class T>
+class Module {
+ public:
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  Module(Module&&) = delete;
+  Module& operator=(Module&&) = delete;
+  virtual ~Module() = default;
+
+  /// Every parameter once, in registration order, with dotted PyTorch-style names. A tied
+  /// parameter (shared storage) appears once, under the first name it was registered with.
+  std::vector<NamedParameter<T>> parameters() const {
+    std::vector<NamedParameter<T>> out;
+    std::unordered_set<const T*> seen;
+    collect("", out, seen);
+    return out;
+  }
+
+  /// The number of distinct learnable scalars.
+  Index num_parameters() const {
+    Index n = 0;
+    for (const auto& p : parameters()) n += p.value.numel();
+    return n;
+  }
+
+  void zero_grad() {
+    for (auto& p : parameters()) p.grad.set_zero();
+  }
+
+  void train(bool on = true) {
+    training_ = on;
+    for (auto& child : children_) child.second->train(on);
+  }
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  /// Makes this module and its children draw dropout masks from `state`.
+  void set_random_state(const std::shared_ptr<RandomState>& state) {
+    on_random_state(state);
+    for (auto& child : children_) child.second->set_random_state(state);
+  }
+
+ protected:
+  void register_parameter(std::string name, Parameter<T>* p) { params_.emplace_back(std::move(name), p); }
+  void register_module(std::string name, Module* m) { children_.emplace_back(std::move(name), m); }
+  /// Modules that draw random numbers (Dropout) keep the state they are given here.
+  virtual void on_random_state(const std::shared_ptr<RandomState>& /*state*/) {}
+
+ private:
+  void collect(const std::string& prefix, std::vector<NamedParameter<T>>& out,
+               std::unordered_set<const T*>& seen) const {
+    for (const auto& [name, p] : params_) {
+      if (!seen.insert(p->value.data()).second) continue;
+      out.push_back({prefix + name, p->value, p->grad});
+    }
+    for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, seen);
+  }
+
+  std::vector<std::pair<std::string, Parameter<T>*>> params_;
+  std::vector<std::pair<std::string, Module*>> children_;
+  bool training_ = true;
+};
+
+}  // namespace attn

@@ -1,0 +1,93 @@
+// Counter-based random numbers: every draw is a pure function of (seed, counter), so a stream is
+// reproducible from two integers, checkpoints store exactly that, and parallel loops can draw
+// element i without sharing state (dropout masks do not depend on the thread count).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+
+#include "attn/tensor.hpp"
+
+namespace attn {
+
+/// SplitMix64's finaliser: a bijective 64-bit mix with good avalanche.
+inline std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/// A uniform draw in [0, 1) from the pair (key, i), with 53 bits of resolution.
+inline double uniform_at(std::uint64_t key, std::uint64_t i) {
+  const std::uint64_t bits = mix64(key ^ mix64(i + 0x9e3779b97f4a7c15ULL));
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+/// A sequential generator; its whole state is (seed, counter).
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed = 0, std::uint64_t counter = 0) : seed_(seed), counter_(counter) {}
+
+  std::uint64_t next_u64() { return mix64(mix64(seed_) + 0x9e3779b97f4a7c15ULL * ++counter_); }
+  /// Uniform in [0, 1).
+  double uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+  double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
+  /// Standard normal (Box-Muller, one value per call).
+  double normal() {
+    const double u1 = 1.0 - uniform();  // (0, 1]
+    const double u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+  /// Uniform integer in [0, n).
+  std::uint64_t below(std::uint64_t n) { return n == 0 ? 0 : next_u64() % n; }
+
+  std::uint64_t seed() const { return seed_; }
+  std::uint64_t counter() const { return counter_; }
+  void set_state(std::uint64_t seed, std::uint64_t counter) {
+    seed_ = seed;
+    counter_ = counter;
+  }
+
+ private:
+  std::uint64_t seed_;
+  std::uint64_t counter_;
+};
+
+/// Fills `t` with U(lo, hi) draws from `rng`, in row-major order.
+template <class T>
+void fill_uniform(Tensor<T>& t, Rng& rng, double lo, double hi) {
+  for (T& v : t) v = static_cast<T>(rng.uniform(lo, hi));
+}
+
+/// Fills `t` with N(mean, std^2) draws from `rng`.
+template <class T>
+void fill_normal(Tensor<T>& t, Rng& rng, double mean, double std) {
+  for (T& v : t) v = static_cast<T>(mean + std * rng.normal());
+}
+
+/// Xavier/Glorot uniform for a [fan_out, fan_in] weight: U(-a, a), a = sqrt(6 / (fan_in + fan_out)),
+/// as torch.nn.init.xavier_uniform_ (which nn.Transformer applies to every matrix).
+template <class T>
+void xavier_uniform(Tensor<T>& weight, Rng& rng) {
+  ATTN_CHECK(weight.rank() == 2, ShapeError, "xavier_uniform: expected a rank-2 weight, got shape ",
+             weight.shape());
+  const double a = std::sqrt(6.0 / static_cast<double>(weight.size(0) + weight.size(1)));
+  fill_uniform(weight, rng, -a, a);
+}
+
+}  // namespace attn
+
+namespace attn {
+
+/// The random stream that every Dropout of one model draws from. Each call to a Dropout forward in
+/// training mode takes the next key; element i of its mask is uniform_at(key, i). The whole state
+/// is (seed, counter): a checkpoint stores the two and a resumed run draws the same masks.
+struct RandomState {
+  std::uint64_t seed = 0;
+  std::uint64_t counter = 0;
+
+  std::uint64_t next_key() { return mix64(mix64(seed) ^ mix64(++counter + 0x632be59bd9b4e019ULL)); }
+};
+
+}  // namespace attn
