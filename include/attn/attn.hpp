@@ -2,6 +2,7 @@
 #pragma once
 
 #include "attn/error.hpp"
+#include "attn/mask.hpp"
 #include "attn/parallel.hpp"
 #include "attn/random.hpp"
 #include "attn/tensor.hpp"

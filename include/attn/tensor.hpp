@@ -29,6 +29,8 @@
 namespace attn {
 
 using Index = std::int64_t;
+/// Token ids, as the embedding and the loss take them (Tensor<TokenId>).
+using TokenId = std::int32_t;
 
 /// The shape of a tensor: up to kMaxRank extents, each >= 0.
 class Shape {

@@ -100,6 +100,8 @@ class Module {
 
  protected:
   void register_parameter(std::string name, Parameter<T>* p) { params_.emplace_back(std::move(name), p); }
+  /// An empty name flattens: the child's parameters appear under this module's own prefix (how
+  /// FeedForward's linear1/linear2 sit directly in a Transformer layer, as in PyTorch).
   void register_module(std::string name, Module* m) { children_.emplace_back(std::move(name), m); }
   /// Modules that draw random numbers (Dropout) keep the state they are given here.
   virtual void on_random_state(const std::shared_ptr<RandomState>& /*state*/) {}
@@ -111,7 +113,8 @@ class Module {
       if (!seen.insert(p->value.data()).second) continue;
       out.push_back({prefix + name, p->value, p->grad});
     }
-    for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, seen);
+    for (const auto& [name, child] : children_)
+      child->collect(name.empty() ? prefix : prefix + name + ".", out, seen);
   }
 
   std::vector<std::pair<std::string, Parameter<T>*>> params_;
