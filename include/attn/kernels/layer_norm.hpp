@@ -1,0 +1,88 @@
+// Layer normalisation over the last axis, as torch.nn.LayerNorm: per row, the mean and the BIASED
+// variance (divide by D, not D - 1), eps inside the square root, then a per-feature affine map.
+//   y = (x - mean) * rstd * gamma + beta,   rstd = 1 / sqrt(var + eps)
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+
+#include "attn/tensor.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace attn::kernels {
+
+/// y[N, D] = LayerNorm(x[N, D]) with gamma[D], beta[D]; writes mean[N] and rstd[N], which is
+/// all backward needs besides x and gamma. Rows are independent, so they run in parallel.
+template <class T>
+void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta,
+                        Index rows, Index D, double eps) {
+  using Row = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
+  using RowOut = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
+  const Row g(gamma, D), b(beta, D);
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (rows * D > 16384)
+#endif
+  for (Index r = 0; r < rows; ++r) {
+    const Row xr(x + r * D, D);
+    // Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2, which cancels
+    // catastrophically in float when |mean| >> std.
+    const T mu = xr.mean();
+    const T var = (xr - mu).square().mean();
+    const T rs = T(1) / std::sqrt(var + static_cast<T>(eps));
+    mean[r] = mu;
+    rstd[r] = rs;
+    RowOut(y + r * D, D) = (xr - mu) * rs * g + b;
+  }
+}
+
+/// Backward of y = xhat * gamma + beta, xhat = (x - mean) * rstd. With g = dy * gamma:
+///   dx      = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat))   (overwritten)
+///   dgamma += sum_rows(dy * xhat)                                 (accumulated)
+///   dbeta  += sum_rows(dy)                                        (accumulated)
+/// dx is parallel over rows; dgamma/dbeta are parallel over columns, each column summed in row
+/// order by one thread, so the result does not depend on the thread count.
+template <class T>
+void layer_norm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean,
+                         const T* rstd, const T* gamma, Index rows, Index D) {
+  using Row = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
+  using RowOut = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
+  const Row g(gamma, D);
+  const bool parallel = rows * D > 16384;
+  (void)parallel;
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (parallel)
+#endif
+  for (Index r = 0; r < rows; ++r) {
+    const Row dyr(dy + r * D, D), xr(x + r * D, D);
+    const T mu = mean[r], rs = rstd[r];
+    const T inv_d = T(1) / static_cast<T>(D);
+    // mean_j(g) and mean_j(g * xhat), then dx without materialising g or xhat.
+    const T mean_g = (dyr * g).sum() * inv_d;
+    const T mean_gx = (dyr * g * (xr - mu)).sum() * rs * inv_d;
+    RowOut(dx + r * D, D) = rs * (dyr * g - mean_g - (xr - mu) * rs * mean_gx);
+  }
+  // Column blocks of kBlock keep the inner loop contiguous (vectorisable) while each column is
+  // still owned by exactly one thread.
+  constexpr Index kBlock = 64;
+  const Index blocks = (D + kBlock - 1) / kBlock;
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (parallel)
+#endif
+  for (Index blk = 0; blk < blocks; ++blk) {
+    const Index j0 = blk * kBlock, w = std::min(kBlock, D - j0);
+    Eigen::Array<T, 1, kBlock> sg = Eigen::Array<T, 1, kBlock>::Zero();
+    Eigen::Array<T, 1, kBlock> sb = Eigen::Array<T, 1, kBlock>::Zero();
+    for (Index r = 0; r < rows; ++r) {
+      const Row dyr(dy + r * D + j0, w), xr(x + r * D + j0, w);
+      sg.head(w) += dyr * (xr - mean[r]) * rstd[r];
+      sb.head(w) += dyr;
+    }
+    RowOut(dgamma + j0, w) += sg.head(w);
+    RowOut(dbeta + j0, w) += sb.head(w);
+  }
+}
+
+}  // namespace attn::kernels
