@@ -1,0 +1,77 @@
+// Dropout(p): inverted dropout in training mode, the identity in evaluation mode or when p = 0.
+//
+// Randomness: every training-mode forward takes key = state->next_key() from a RandomState and
+// remembers it; element i is dropped iff uniform_at(key, i) < p, and backward regenerates that mask
+// from the key. A model shares one RandomState among all its Dropouts (Module::set_random_state),
+// whose counter advances once per dropout call, so every mask is a function of (seed, counter)
+// alone: a checkpoint that stores the two resumes bit-identically. Until given one, a Dropout
+// owns a RandomState of its own (seed 0).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "attn/kernels/dropout.hpp"
+#include "attn/nn/module.hpp"
+
+namespace attn {
+
+template <class T>
+class Dropout : public Module<T> {
+ public:
+  explicit Dropout(double p) : p_(p), state_(std::make_shared<RandomState>()) {
+    ATTN_CHECK(p >= 0.0 && p < 1.0, ConfigError, "Dropout: p must be in [0, 1), got ", p);
+  }
+
+  /// x [...] -> y [...]. In evaluation mode or with p = 0 the result is a handle to x itself.
+  const Tensor<T>& forward(const Tensor<T>& x) {
+    active_ = this->is_training() && p_ > 0.0;
+    if (!active_) {
+      passthrough_ = x;
+      return passthrough_;
+    }
+    key_ = state_->next_key();
+    y_.resize(x.shape());
+    kernels::dropout_forward<T>(y_.data(), x.data(), x.numel(), p_, key_);
+    return y_;
+  }
+
+  /// dy [...] -> dx [...], with the mask of the last forward (a handle to dy when it was the
+  /// identity).
+  const Tensor<T>& backward(const Tensor<T>& dy) {
+    const Shape& expected = active_ ? y_.shape() : passthrough_.shape();
+    ATTN_CHECK(dy.shape() == expected, ShapeError, "Dropout::backward: expected dy of shape ",
+               expected, ", got ", dy.shape());
+    if (!active_) {
+      passthrough_ = dy;
+      return passthrough_;
+    }
+    dx_.resize(dy.shape());
+    kernels::dropout_backward<T>(dx_.data(), dy.data(), dy.numel(), p_, key_);
+    return dx_;
+  }
+
+  double p() const { return p_; }
+  const std::shared_ptr<RandomState>& random_state() const { return state_; }
+  /// The mask key of the last training-mode forward.
+  std::uint64_t last_key() const { return key_; }
+
+ protected:
+  void on_random_state(const std::shared_ptr<RandomState>& state) override {
+    ATTN_CHECK(state != nullptr, ConfigError, "Dropout: set_random_state needs a state, got null");
+    state_ = state;
+  }
+
+ private:
+  double p_;
+  std::shared_ptr<RandomState> state_;
+  std::uint64_t key_ = 0;  // mask key of the last training-mode forward, kept for backward
+  bool active_ = false;    // whether the last forward dropped anything
+  // Handle to x (or dy) when the last call was the identity. Kept apart from y_ so that y_'s
+  // storage, which resize() reuses, never aliases the caller's tensor.
+  Tensor<T> passthrough_;
+  Tensor<T> y_;   // [...] output buffer
+  Tensor<T> dx_;  // [...] input-gradient buffer
+};
+
+}  // namespace attn

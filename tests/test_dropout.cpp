@@ -1,0 +1,206 @@
+// Dropout: identity in eval mode and at p = 0, the drop rate and scaling, masks as a function of
+// (seed, counter), thread-count independence, gradients, configuration errors.
+#include <attn/nn/dropout.hpp>
+
+#include "gradcheck.hpp"
+#include "pch.hpp"
+
+namespace attn {
+namespace {
+
+TEST(Dropout, EvalModeIsExactIdentity) {
+  Dropout<float> drop(0.5);
+  drop.eval();
+  Tensor<float> x({4, 8});
+  Rng rng(1);
+  fill_normal(x, rng, 0, 1);
+  const std::uint64_t counter_before = drop.random_state()->counter;
+  const Tensor<float>& y = drop.forward(x);
+  EXPECT_TRUE(y.same_data(x));
+  EXPECT_EQ(y.shape(), x.shape());
+  EXPECT_EQ(drop.random_state()->counter, counter_before);  // eval draws nothing
+  Tensor<float> dy({4, 8});
+  fill_normal(dy, rng, 0, 1);
+  const Tensor<float>& dx = drop.backward(dy);
+  EXPECT_TRUE(dx.same_data(dy));
+}
+
+TEST(Dropout, ZeroProbabilityIsIdentityInTraining) {
+  Dropout<double> drop(0.0);
+  ASSERT_TRUE(drop.is_training());
+  Tensor<double> x = testing::randn({3, 5}, 2);
+  const Tensor<double> copy = x.clone();
+  const Tensor<double>& y = drop.forward(x);
+  for (Index i = 0; i < x.numel(); ++i) EXPECT_EQ(y.data()[i], copy.data()[i]);
+  EXPECT_EQ(drop.random_state()->counter, 0u);
+  Tensor<double> dy = testing::randn({3, 5}, 3);
+  EXPECT_TRUE(drop.backward(dy).same_data(dy));
+}
+
+TEST(Dropout, IdentityNeverAliasesTheTrainingOutputBuffer) {
+  // After an eval-mode pass, a training pass must write to its own buffer, not into x.
+  Dropout<double> drop(0.5);
+  Tensor<double> x = Tensor<double>::full({2, 64}, 1.0);
+  drop.eval();
+  drop.forward(x);
+  drop.train();
+  const Tensor<double>& y = drop.forward(x);
+  EXPECT_FALSE(y.same_data(x));
+  for (double v : x) EXPECT_EQ(v, 1.0);
+}
+
+TEST(Dropout, DropsAboutPAndScalesKeptByInverseKeepProbability) {
+  const double p = 0.3;
+  Dropout<float> drop(p);
+  EXPECT_EQ(drop.p(), p);
+  const Index n = 200000;
+  Tensor<float> x = Tensor<float>::full({n}, 2.0f);
+  const Tensor<float>& y = drop.forward(x);
+  Index dropped = 0;
+  const float kept_value = 2.0f * static_cast<float>(1.0 / (1.0 - p));
+  for (float v : y) {
+    if (v == 0.0f)
+      ++dropped;
+    else
+      ASSERT_EQ(v, kept_value);
+  }
+  // Binomial std of the fraction is sqrt(p(1-p)/n) ~ 0.001; allow 5 of them.
+  EXPECT_NEAR(static_cast<double>(dropped) / n, p, 0.005);
+}
+
+TEST(Dropout, MaskIsAFunctionOfSeedAndCounter) {
+  auto state = std::make_shared<RandomState>();
+  state->seed = 42;
+  Dropout<double> a(0.5), b(0.5);
+  a.set_random_state(state);
+  EXPECT_EQ(a.random_state(), state);
+  Tensor<double> x = Tensor<double>::full({256}, 1.0);
+
+  state->counter = 7;
+  const Tensor<double> first = a.forward(x).clone();
+  EXPECT_EQ(state->counter, 8u);  // one key per call
+  const Tensor<double> second = a.forward(x).clone();
+  EXPECT_EQ(state->counter, 9u);
+
+  // Another Dropout with its own state at the same (seed, counter) draws the same mask.
+  b.random_state()->seed = 42;
+  b.random_state()->counter = 7;
+  const Tensor<double>& again = b.forward(x);
+  for (Index i = 0; i < x.numel(); ++i) ASSERT_EQ(again.data()[i], first.data()[i]) << i;
+
+  // Consecutive calls and another seed give other masks.
+  Index differ = 0;
+  for (Index i = 0; i < x.numel(); ++i) differ += first.data()[i] != second.data()[i];
+  EXPECT_GT(differ, 50);
+  b.random_state()->seed = 43;
+  b.random_state()->counter = 7;
+  const Tensor<double>& other_seed = b.forward(x);
+  differ = 0;
+  for (Index i = 0; i < x.numel(); ++i) differ += first.data()[i] != other_seed.data()[i];
+  EXPECT_GT(differ, 50);
+}
+
+TEST(Dropout, ResultIsIndependentOfThreadCount) {
+  Dropout<float> drop(0.1);
+  const Index n = 3 * 32768 + 17;  // above the parallel threshold, not a multiple of 2
+  Tensor<float> x({n}), dy({n});
+  Rng rng(4);
+  fill_normal(x, rng, 0, 1);
+  fill_normal(dy, rng, 0, 1);
+  const int saved = num_threads();
+  std::vector<Tensor<float>> ys, dxs;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    drop.random_state()->counter = 0;
+    ys.push_back(drop.forward(x).clone());
+    dxs.push_back(drop.backward(dy).clone());
+  }
+  set_num_threads(saved);
+  for (Index i = 0; i < n; ++i) {
+    ASSERT_EQ(ys[0].data()[i], ys[1].data()[i]) << i;
+    ASSERT_EQ(dxs[0].data()[i], dxs[1].data()[i]) << i;
+  }
+}
+
+TEST(Dropout, BackwardReusesTheForwardMask) {
+  Dropout<double> drop(0.5);
+  Tensor<double> x = Tensor<double>::full({500}, 3.0);
+  const Tensor<double> y = drop.forward(x).clone();
+  drop.forward(x);  // a later call draws a new key; backward follows the LAST forward
+  const Tensor<double> y2 = drop.forward(x).clone();
+  Tensor<double> dy = Tensor<double>::full({500}, 1.0);
+  const Tensor<double>& dx = drop.backward(dy);
+  Index differ = 0;
+  for (Index i = 0; i < 500; ++i) {
+    EXPECT_EQ(dx.data()[i], y2.data()[i] / 3.0);
+    differ += y.data()[i] != y2.data()[i];
+  }
+  EXPECT_GT(differ, 0);
+}
+
+TEST(Dropout, KernelMatchesNaiveReference) {
+  const Index n = 1000;
+  const double p = 0.25;
+  const std::uint64_t key = 0x1234567ULL;
+  Tensor<double> x = testing::randn({n}, 5), y({n}), dx({n});
+  kernels::dropout_forward(y.data(), x.data(), n, p, key);
+  kernels::dropout_backward(dx.data(), x.data(), n, p, key);
+  for (Index i = 0; i < n; ++i) {
+    const bool drop = uniform_at(key, static_cast<std::uint64_t>(i)) < p;
+    const double expected = drop ? 0.0 : x.data()[i] / (1 - p);
+    EXPECT_DOUBLE_EQ(y.data()[i], expected);
+    EXPECT_DOUBLE_EQ(dx.data()[i], expected);
+  }
+}
+
+TEST(Dropout, GradientsMatchCentralDifferences) {
+  Dropout<double> drop(0.4);
+  auto state = std::make_shared<RandomState>();
+  state->seed = 9;
+  drop.set_random_state(state);
+  Tensor<double> x = testing::randn({3, 4, 5}, 6);
+  auto res = testing::check_module(
+      drop, {{"x", x}},
+      [&] {
+        state->counter = 0;  // every evaluation of the loss sees the same mask
+        return drop.forward(x);
+      },
+      [&](const Tensor<double>& dy) { return std::vector<Tensor<double>>{drop.backward(dy)}; });
+  EXPECT_GRADIENTS_MATCH(res);
+  EXPECT_EQ(res.checked, 60);
+  // The check is only meaningful if the mask has both dropped and kept elements.
+  state->counter = 0;
+  const Tensor<double>& y = drop.forward(x);
+  Index zeros = 0;
+  for (double v : y) zeros += v == 0.0;
+  EXPECT_GT(zeros, 0);
+  EXPECT_LT(zeros, 60);
+}
+
+TEST(Dropout, RejectsProbabilitiesOutsideZeroOne) {
+  for (double p : {1.0, -0.1, 1.5}) {
+    try {
+      Dropout<float> bad(p);
+      FAIL() << p;
+    } catch (const ConfigError& e) {
+      std::ostringstream value;
+      value << p;
+      EXPECT_NE(std::string(e.what()).find("got " + value.str()), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("[0, 1)"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(Dropout<float>(std::nan("")), ConfigError);
+  Dropout<float> drop(0.1);
+  EXPECT_THROW(drop.set_random_state(nullptr), ConfigError);
+  drop.forward(Tensor<float>({2, 3}));
+  try {
+    drop.backward(Tensor<float>({3, 2}));
+    FAIL();
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("[2, 3]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[3, 2]"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace attn
