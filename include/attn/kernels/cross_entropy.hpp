@@ -1,0 +1,75 @@
+// Label-smoothed cross-entropy over the rows of a logits matrix, fused with its log-softmax and
+// its gradient: one read of the logits for the statistics, one write of the gradient.
+//
+// For a row x[V] with target t and smoothing eps, the target distribution is
+//   q_j = (1 - eps) [j == t] + eps / V
+// (PyTorch's CrossEntropyLoss(label_smoothing=eps): the uniform mass eps/V also lands on t, so
+// q_t = 1 - eps + eps/V). With lse = log sum_j exp(x_j) and log p_j = x_j - lse:
+//   nll  = lse - x_t
+//   loss = -sum_j q_j log p_j = (1 - eps) nll + eps (lse - mean_j x_j)
+//   dloss/dx_j = p_j - q_j
+#pragma once
+
+#include <cmath>
+#include <limits>
+
+#include "attn/tensor.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace attn::kernels {
+
+/// For each row r of logits[N, V] with target targets[r]:
+///   targets[r] == pad_id: loss[r] = nll[r] = 0 and dlogits row r = 0.
+///   otherwise:            loss[r], nll[r] as above (in double); dlogits row r = scale (p - q).
+/// A row with a NaN or Inf logit gets loss[r] = nll[r] = NaN (padding rows included) and its
+/// dlogits row is left unspecified; the caller finds and reports it after the parallel loop,
+/// where throwing is allowed. `dlogits` may be null (evaluation: no gradient pass). Targets must
+/// already be in [0, V) or pad_id. Rows are independent and run in parallel; each row's numbers
+/// are computed by one thread in a fixed order, so results do not depend on the thread count.
+template <class T>
+void cross_entropy_forward_backward(T* dlogits, double* loss, double* nll, const T* logits,
+                                    const TokenId* targets, Index N, Index V, TokenId pad_id,
+                                    double eps, double scale) {
+  using Row = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
+  using RowOut = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (N * V > 16384)
+#endif
+  for (Index r = 0; r < N; ++r) {
+    const Row x(logits + r * V, V);
+    // The sum in double cannot overflow for finite float logits, so it is NaN or Inf exactly when
+    // some logit is; it also gives mean_j x_j for the smoothing term.
+    const double sum_x = x.template cast<double>().sum();
+    if (!std::isfinite(sum_x)) {
+      loss[r] = nll[r] = nan;
+      continue;
+    }
+    const TokenId t = targets[r];
+    if (t == pad_id) {
+      loss[r] = nll[r] = 0.0;
+      if (dlogits != nullptr) RowOut(dlogits + r * V, V).setZero();
+      continue;
+    }
+    const T m = x.maxCoeff();
+    // exp(x - max) <= 1, so the sum cannot overflow; summed in double for float accuracy.
+    const double sum_exp = (x - m).exp().template cast<double>().sum();
+    const double lse = static_cast<double>(m) + std::log(sum_exp);
+    nll[r] = lse - static_cast<double>(x(t));
+    loss[r] = (1.0 - eps) * nll[r] + eps * (lse - sum_x / static_cast<double>(V));
+    if (dlogits != nullptr) {
+      // dx_j = scale (exp(x_j - lse) - eps/V) - scale (1 - eps) [j == t]
+      RowOut d(dlogits + r * V, V);
+      const T shift = static_cast<T>(lse);
+      const T s = static_cast<T>(scale);
+      const T uniform = static_cast<T>(scale * eps / static_cast<double>(V));
+      d = (x - shift).exp() * s - uniform;
+      d(t) -= static_cast<T>(scale * (1.0 - eps));
+    }
+  }
+}
+
+}  // namespace attn::kernels
