@@ -1,0 +1,144 @@
+// Adam (Kingma & Ba) with bias correction, as the paper trains with it (beta1 = 0.9,
+// beta2 = 0.98, eps = 1e-9) and exactly as torch.optim.Adam computes a step:
+//   g   = grad + weight_decay * value            (L2 in the gradient, not AdamW's decoupled decay)
+//   m   = beta1 m + (1 - beta1) g
+//   v   = beta2 v + (1 - beta2) g^2
+//   value -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+// eps is added to sqrt(v_hat), not under the root. The moments are kept in T like the values.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "attn/nn/module.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace attn {
+
+struct AdamOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.98;
+  double eps = 1e-9;
+  double weight_decay = 0;
+};
+
+/// A tensor with a name, as optimisers and averages expose their state for checkpoints.
+template <class T>
+struct NamedTensor {
+  std::string name;
+  Tensor<T> value;
+};
+
+template <class T>
+class Adam {
+ public:
+  /// Holds handles to `params` (values updated in place, grads read); one m and one v each.
+  explicit Adam(std::vector<NamedParameter<T>> params, AdamOptions options = {})
+      : params_(std::move(params)), opt_(options) {
+    ATTN_CHECK(opt_.beta1 >= 0 && opt_.beta1 < 1, ConfigError,
+               "Adam: beta1 must be in [0, 1), got ", opt_.beta1);
+    ATTN_CHECK(opt_.beta2 >= 0 && opt_.beta2 < 1, ConfigError,
+               "Adam: beta2 must be in [0, 1), got ", opt_.beta2);
+    ATTN_CHECK(opt_.eps > 0, ConfigError, "Adam: eps must be > 0, got ", opt_.eps);
+    ATTN_CHECK(opt_.weight_decay >= 0, ConfigError, "Adam: weight_decay must be >= 0, got ",
+               opt_.weight_decay);
+    std::unordered_map<std::string, int> seen;
+    for (const auto& p : params_) {
+      ATTN_CHECK(seen.emplace(p.name, 0).second, ConfigError, "Adam: parameter name '", p.name,
+                 "' appears twice");
+      ATTN_CHECK(p.grad.shape() == p.value.shape(), ShapeError, "Adam: parameter ", p.name,
+                 " has value ", p.value.shape(), " but grad ", p.grad.shape());
+      exp_avg_.emplace_back(p.value.shape());
+      exp_avg_sq_.emplace_back(p.value.shape());
+    }
+  }
+
+  /// One update of every parameter from its current gradient with learning rate `lr`.
+  void step(double lr) {
+    ATTN_CHECK(std::isfinite(lr) && lr >= 0, ConfigError, "Adam: lr must be finite and >= 0, got ",
+               lr);
+    ++steps_;
+    const double t = static_cast<double>(steps_);
+    const T step_size = static_cast<T>(lr / (1 - std::pow(opt_.beta1, t)));
+    const T bc2_sqrt = static_cast<T>(std::sqrt(1 - std::pow(opt_.beta2, t)));
+    const T b1 = static_cast<T>(opt_.beta1), b2 = static_cast<T>(opt_.beta2);
+    const T a1 = static_cast<T>(1 - opt_.beta1), a2 = static_cast<T>(1 - opt_.beta2);
+    const T eps = static_cast<T>(opt_.eps), wd = static_cast<T>(opt_.weight_decay);
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      T* x = params_[k].value.data();
+      const T* g = params_[k].grad.data();
+      T* m = exp_avg_[k].data();
+      T* v = exp_avg_sq_[k].data();
+      const Index n = params_[k].value.numel();
+      // Elementwise, so any split over threads gives the same bits.
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (n > 65536)
+#endif
+      for (Index i = 0; i < n; ++i) {
+        const T gi = wd != T(0) ? g[i] + wd * x[i] : g[i];
+        m[i] = m[i] * b1 + a1 * gi;
+        v[i] = v[i] * b2 + a2 * gi * gi;
+        const T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+        x[i] = x[i] + (-step_size) * m[i] / denom;
+      }
+    }
+  }
+
+  /// Sets every parameter gradient to zero.
+  void zero_grad() {
+    for (auto& p : params_) p.grad.set_zero();
+  }
+
+  /// Updates taken so far (t of the bias correction).
+  Index steps() const { return steps_; }
+  const AdamOptions& options() const { return opt_; }
+  const std::vector<NamedParameter<T>>& parameters() const { return params_; }
+
+  /// The moments as named handles: "<name>.exp_avg" (m) and "<name>.exp_avg_sq" (v), per parameter
+  /// in parameter order. steps() completes the state.
+  std::vector<NamedTensor<T>> state() const {
+    std::vector<NamedTensor<T>> out;
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      out.push_back({params_[k].name + ".exp_avg", exp_avg_[k]});
+      out.push_back({params_[k].name + ".exp_avg_sq", exp_avg_sq_[k]});
+    }
+    return out;
+  }
+
+  /// Restores the state written by state() (copied in; every name required, shapes checked).
+  void load_state(const std::vector<NamedTensor<T>>& state, Index steps) {
+    ATTN_CHECK(steps >= 0, ConfigError, "Adam::load_state: steps must be >= 0, got ", steps);
+    std::unordered_map<std::string, const Tensor<T>*> by_name;
+    for (const auto& s : state) by_name[s.name] = &s.value;
+    ATTN_CHECK(by_name.size() == 2 * params_.size(), ConfigError, "Adam::load_state: expected ",
+               2 * params_.size(), " state tensors, got ", state.size());
+    for (const auto& mine : this->state()) {
+      auto it = by_name.find(mine.name);
+      ATTN_CHECK(it != by_name.end(), ConfigError, "Adam::load_state: missing state tensor ",
+                 mine.name);
+      ATTN_CHECK(it->second->shape() == mine.value.shape(), ShapeError,
+                 "Adam::load_state: ", mine.name, ": expected shape ", mine.value.shape(), ", got ",
+                 it->second->shape());
+    }
+    for (auto& mine : this->state()) {
+      const Tensor<T>& src = *by_name[mine.name];
+      std::copy(src.begin(), src.end(), mine.value.begin());
+    }
+    steps_ = steps;
+  }
+
+ private:
+  std::vector<NamedParameter<T>> params_;
+  AdamOptions opt_;
+  std::vector<Tensor<T>> exp_avg_;     // m, one per parameter, the parameter's shape
+  std::vector<Tensor<T>> exp_avg_sq_;  // v, one per parameter, the parameter's shape
+  Index steps_ = 0;
+};
+
+}  // namespace attn
