@@ -1,0 +1,162 @@
+#include "corpus_io.hpp"
+
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include <attn/error.hpp>
+
+namespace attn::translate {
+
+std::size_t find_invalid_utf8(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  std::size_t i = 0;
+  while (i < n) {
+    const unsigned char c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // The allowed range of the second byte encodes the overlong, surrogate and > U+10FFFF rules
+    // (Unicode 15, Table 3-7 "Well-Formed UTF-8 Byte Sequences").
+    std::size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;  // overlong below U+0800
+      if (c == 0xED) hi = 0x9F;  // surrogates U+D800..U+DFFF
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;  // overlong below U+10000
+      if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
+    } else {
+      return i;  // continuation byte without a lead, C0/C1 overlong leads, F5..FF
+    }
+    if (i + len > n) return i;
+    if (s[i + 1] < lo || s[i + 1] > hi) return i;
+    for (std::size_t k = 2; k < len; ++k)
+      if (s[i + k] < 0x80 || s[i + k] > 0xBF) return i;
+    i += len;
+  }
+  return std::string_view::npos;
+}
+
+namespace {
+
+struct GzCloser {
+  void operator()(gzFile_s* f) const { gzclose(f); }
+};
+using GzHandle = std::unique_ptr<gzFile_s, GzCloser>;
+
+// gzread passes plain files through unchanged, so one reader serves both formats.
+std::string read_all(const std::string& path) {
+  {
+    std::ifstream probe(path, std::ios::binary);
+    ATTN_CHECK(probe.good(), IOError, "cannot open '", path,
+               "' for reading: ", std::strerror(errno));
+  }
+  GzHandle f(gzopen(path.c_str(), "rb"));
+  ATTN_CHECK(f != nullptr, IOError, "cannot open '", path, "' for reading: ", std::strerror(errno));
+  std::string data;
+  std::vector<char> chunk(1 << 16);
+  for (;;) {
+    const int got = gzread(f.get(), chunk.data(), static_cast<unsigned>(chunk.size()));
+    if (got < 0) {
+      int code = 0;
+      const char* msg = gzerror(f.get(), &code);
+      if (code == Z_ERRNO)
+        throw IOError(detail::concat("cannot read '", path, "': ", std::strerror(errno)));
+      throw FormatError(detail::concat("'", path, "' is not a valid gzip stream: ", msg));
+    }
+    if (got == 0) break;
+    data.append(chunk.data(), static_cast<std::size_t>(got));
+  }
+  // zlib reports a gzip stream cut short as a clean end of file plus a Z_BUF_ERROR.
+  int code = 0;
+  const char* msg = gzerror(f.get(), &code);
+  ATTN_CHECK(code == Z_OK, FormatError, "'", path,
+             "' is a truncated or corrupt gzip stream: ", msg);
+  return data;
+}
+
+bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\v\f") == std::string::npos; }
+
+}  // namespace
+
+std::vector<std::string> read_lines(const std::string& path) {
+  const std::string data = read_all(path);
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < data.size()) {
+    std::size_t end = data.find('\n', start);
+    if (end == std::string::npos) end = data.size();
+    std::string line = data.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::size_t bad = find_invalid_utf8(line);
+    ATTN_CHECK(bad == std::string::npos, DataError, "'", path, "' line ", lines.size() + 1,
+               ": expected UTF-8 text, found an invalid byte sequence at byte offset ", bad,
+               " of the line (byte 0x", std::hex,
+               static_cast<unsigned>(static_cast<unsigned char>(line[bad])), ")");
+    lines.push_back(std::move(line));
+    start = end + 1;
+  }
+  return lines;
+}
+
+void write_lines(const std::string& path, const std::vector<std::string>& lines) {
+  const bool gz = path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+  if (gz) {
+    GzHandle f(gzopen(path.c_str(), "wb"));
+    ATTN_CHECK(f != nullptr, IOError, "cannot open '", path,
+               "' for writing: ", std::strerror(errno));
+    for (const std::string& line : lines) {
+      const std::string row = line + '\n';
+      ATTN_CHECK(gzwrite(f.get(), row.data(), static_cast<unsigned>(row.size())) ==
+                     static_cast<int>(row.size()),
+                 IOError, "cannot write '", path, "'");
+    }
+    ATTN_CHECK(gzclose(f.release()) == Z_OK, IOError, "cannot finish writing '", path, "'");
+    return;
+  }
+  std::ofstream out(path, std::ios::binary);
+  ATTN_CHECK(out.good(), IOError, "cannot open '", path, "' for writing: ", std::strerror(errno));
+  for (const std::string& line : lines) out << line << '\n';
+  out.close();
+  ATTN_CHECK(out.good(), IOError, "cannot write '", path, "'");
+}
+
+ParallelCorpus read_parallel(const std::string& src_path, const std::string& tgt_path,
+                             const ReadParallelOptions& options, std::size_t* skipped) {
+  std::vector<std::string> src = read_lines(src_path);
+  std::vector<std::string> tgt = read_lines(tgt_path);
+  ATTN_CHECK(src.size() == tgt.size(), DataError,
+             "parallel files must have the same number of lines: '", src_path, "' has ", src.size(),
+             ", '", tgt_path, "' has ", tgt.size());
+  ParallelCorpus corpus;
+  corpus.src.reserve(src.size());
+  corpus.tgt.reserve(tgt.size());
+  std::size_t dropped = 0;
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    const bool src_blank = is_blank(src[i]);
+    if (src_blank || is_blank(tgt[i])) {
+      ATTN_CHECK(options.empty_lines == EmptyLinePolicy::kSkip, DataError, "'",
+                 src_blank ? src_path : tgt_path, "' line ", i + 1,
+                 ": expected a sentence, found an empty line");
+      ++dropped;
+      continue;
+    }
+    corpus.src.push_back(std::move(src[i]));
+    corpus.tgt.push_back(std::move(tgt[i]));
+  }
+  if (skipped != nullptr) *skipped = dropped;
+  return corpus;
+}
+
+}  // namespace attn::translate

@@ -1,0 +1,67 @@
+// Parallel text on disk: two line-aligned files (plain or gzip), validated as UTF-8.
+//
+// Line i of the source file translates line i of the target file. Every problem is reported with
+// the file, the 1-based line and what was expected, because a corpus that is silently misaligned
+// by one line trains a model that translates nothing.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attn::translate {
+
+/// Sentence pairs: src[i] translates to tgt[i].
+struct ParallelCorpus {
+  std::vector<std::string> src;
+  std::vector<std::string> tgt;
+
+  std::size_t size() const { return src.size(); }
+  bool empty() const { return src.empty(); }
+};
+
+/// A corpus cut into disjoint training, validation and test parts.
+struct CorpusSplit {
+  ParallelCorpus train;
+  ParallelCorpus valid;
+  ParallelCorpus test;
+};
+
+/// Byte offset of the first ill-formed UTF-8 sequence in `text`, or std::string_view::npos if the
+/// text is well formed. Rejects, as RFC 3629 does: stray continuation bytes, truncated sequences,
+/// overlong encodings, UTF-16 surrogates (U+D800..U+DFFF) and code points above U+10FFFF.
+std::size_t find_invalid_utf8(std::string_view text);
+inline bool is_valid_utf8(std::string_view text) {
+  return find_invalid_utf8(text) == std::string_view::npos;
+}
+
+/// The lines of a text file, plain or gzip-compressed (detected from the content, not the name),
+/// without their '\n' or a trailing '\r'. A final line without '\n' counts; a final '\n' does not
+/// start an extra empty line. Throws IOError if the file cannot be opened or read, FormatError if
+/// a gzip stream is corrupt or truncated, DataError naming file, line and byte offset if a line is
+/// not valid UTF-8.
+std::vector<std::string> read_lines(const std::string& path);
+
+/// Writes `lines`, each followed by '\n'; gzip-compressed when `path` ends in ".gz".
+/// Throws IOError naming the path on failure.
+void write_lines(const std::string& path, const std::vector<std::string>& lines);
+
+/// What read_parallel does with a pair where either side is empty or only whitespace.
+enum class EmptyLinePolicy {
+  kError,  ///< throw DataError naming the file and the line (default: such a corpus is suspect)
+  kSkip,   ///< drop the pair and count it
+};
+
+struct ReadParallelOptions {
+  EmptyLinePolicy empty_lines = EmptyLinePolicy::kError;
+};
+
+/// Reads two line-aligned files. Throws DataError naming both files and both counts if their line
+/// counts differ, and what read_lines throws. `skipped`, when given, receives the number of pairs
+/// dropped under EmptyLinePolicy::kSkip.
+ParallelCorpus read_parallel(const std::string& src_path, const std::string& tgt_path,
+                             const ReadParallelOptions& options = {},
+                             std::size_t* skipped = nullptr);
+
+}  // namespace attn::translate
