@@ -1,0 +1,244 @@
+// Scaled dot-product attention, fast: the kernel MultiHeadAttention runs.
+//
+// Work is split over (batch row, head) pairs with OpenMP; each pair is computed by one thread
+// with serial Eigen GEMMs on strided maps of the packed Q, K, V, so the result is bitwise the
+// same for any thread count. Inside a pair, queries go in blocks of kAttentionQueryBlock rows
+// against the full key length: a thread holds at most [block, S] probabilities (two or three
+// such buffers in backward), never the [B, H, T, S] tensor. With a causal mask a block only
+// computes the keys its last row may see. Backward is FlashAttention's: the probabilities are
+// recomputed from Q, K and the saved log-sum-exp, and the softmax derivative uses
+// D_t = rowsum(dO_t * O_t) instead of a second pass over P.
+//
+// Layout, masks and dropout: attention_common.hpp and attn/mask.hpp. Same contract as
+// attention_naive.hpp, against which tests/test_attention_kernels.cpp checks it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "attn/kernels/attention_common.hpp"
+#include "attn/kernels/softmax.hpp"
+#include "attn/parallel.hpp"
+
+namespace attn::kernels {
+
+/// Query rows per block: [64, S] float probabilities stay in L2 up to S of a few thousand, and
+/// 64 rows keep Eigen's GEMM kernels busy enough to amortise their packing.
+inline constexpr Index kAttentionQueryBlock = 64;
+
+namespace detail {
+
+template <class T>
+using ConstStrided = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
+template <class T>
+using Strided = Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>>;
+template <class T>
+using RowArray = Eigen::Array<T, 1, Eigen::Dynamic>;
+template <class T>
+using RowArrayMap = Eigen::Map<RowArray<T>>;
+template <class T>
+using ConstRowArrayMap = Eigen::Map<const RowArray<T>>;
+
+/// Everything one thread reuses across the (b, h) pairs it computes in one call.
+template <class T>
+struct AttentionScratch {
+  AttentionScratch(Index rows, Index S, bool backward, bool dropout)
+      : p(rows, S), dp(backward ? rows : 0, S), pd(backward && dropout ? rows : 0, S), pad(S) {}
+  RowMatrix<T> p;   // [block, S] logits, then probabilities
+  RowMatrix<T> dp;  // [block, S] dO V^T, then dlogits (backward)
+  RowMatrix<T> pd;  // [block, S] dropped probabilities (backward with dropout)
+  RowArray<T> pad;  // [S] key padding bias of the current batch row: 0 or -infinity
+  Index pad_batch = -1;
+};
+
+/// Fills scratch.pad for batch row b, once per b rather than once per row.
+template <class T>
+const T* key_padding_bias(AttentionScratch<T>& scratch, const KeyPaddingMask& mask, Index b) {
+  if (mask.empty()) return nullptr;
+  if (scratch.pad_batch != b) {
+    const std::uint8_t* real = mask.row(b);
+    for (Index s = 0; s < scratch.pad.size(); ++s)
+      scratch.pad[s] = real[s] ? T(0) : -std::numeric_limits<T>::infinity();
+    scratch.pad_batch = b;
+  }
+  return scratch.pad.data();
+}
+
+/// row[0, n) <- scale * row + additive + pad (the last two optional).
+template <class T>
+void scale_and_mask(T* row, Index n, T scale, const T* additive, const T* pad) {
+  RowArrayMap<T> r(row, n);
+  if (additive != nullptr && pad != nullptr)
+    r = r * scale + ConstRowArrayMap<T>(additive, n) + ConstRowArrayMap<T>(pad, n);
+  else if (additive != nullptr)
+    r = r * scale + ConstRowArrayMap<T>(additive, n);
+  else if (pad != nullptr)
+    r = r * scale + ConstRowArrayMap<T>(pad, n);
+  else
+    r *= scale;
+}
+
+/// Keys [0, n) that query t may see before masking by padding or bias: the causal prefix.
+inline Index visible_keys(bool causal, Index t, Index Tq, Index S) {
+  return causal ? t + 1 + (S - Tq) : S;
+}
+
+}  // namespace detail
+
+/// out [B*T rows, ldo] <- attention; lse [B, H, T] the log-sum-exp of each row's scaled, masked
+/// logits (+infinity for a fully blocked row); weights (nullptr = not wanted, no cost)
+/// [B, H, T, S] the probabilities before dropout.
+template <class T>
+void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index ldq, const T* k,
+                       Index ldk, const T* v, Index ldv, const AttentionShape& shape,
+                       const AttentionMask<T>& mask, T scale,
+                       const AttentionDropout& dropout = {}) {
+  detail::check_attention("attention_forward", shape, mask, dropout,
+                          {{"ldq", ldq}, {"ldk", ldk}, {"ldv", ldv}, {"ldo", ldo}});
+  const Index B = shape.batch, H = shape.heads, Tq = shape.queries, S = shape.keys,
+              K = shape.head_dim;
+  const Index block = std::min(kAttentionQueryBlock, Tq);
+  const bool drop = dropout.p > 0.0;
+  const T inv_keep = T(1 / (1 - dropout.p));
+  using Stride = Eigen::OuterStride<>;
+
+#if defined(_OPENMP)
+#pragma omp parallel
+#endif
+  {
+    detail::AttentionScratch<T> scratch(block, S, false, drop);
+#if defined(_OPENMP)
+#pragma omp for schedule(static)
+#endif
+    for (Index bh = 0; bh < B * H; ++bh) {
+      const Index b = bh / H, h = bh % H;
+      const T* pad = detail::key_padding_bias(scratch, mask.key_padding, b);
+      detail::ConstStrided<T> kh(k + b * S * ldk + h * K, S, K, Stride(ldk));
+      detail::ConstStrided<T> vh(v + b * S * ldv + h * K, S, K, Stride(ldv));
+      for (Index t0 = 0; t0 < Tq; t0 += block) {
+        const Index nt = std::min(block, Tq - t0);
+        const Index ns = detail::visible_keys(mask.causal, t0 + nt - 1, Tq, S);
+        detail::ConstStrided<T> qb(q + (b * Tq + t0) * ldq + h * K, nt, K, Stride(ldq));
+        auto pb = scratch.p.topLeftCorner(nt, ns);
+        pb.noalias() = qb * kh.topRows(ns).transpose();
+        for (Index i = 0; i < nt; ++i) {
+          const Index t = t0 + i;
+          const Index n = detail::visible_keys(mask.causal, t, Tq, S);
+          T* row = scratch.p.data() + i * S;
+          detail::scale_and_mask(row, n, scale, mask.additive.row(t), pad);
+          lse[bh * Tq + t] = softmax_row_forward(row, n);
+          std::fill(row + n, row + ns, T(0));
+          if (weights != nullptr) {
+            T* w = weights + (bh * Tq + t) * S;
+            std::copy(row, row + ns, w);
+            std::fill(w + ns, w + S, T(0));
+          }
+          if (drop) {
+            const auto base = static_cast<std::uint64_t>((bh * Tq + t) * S);
+            for (Index s = 0; s < n; ++s)
+              row[s] = detail::attention_keeps(dropout, base + s) ? row[s] * inv_keep : T(0);
+          }
+        }
+        detail::Strided<T> ob(out + (b * Tq + t0) * ldo + h * K, nt, K, Stride(ldo));
+        ob.noalias() = pb * vh.topRows(ns);
+      }
+    }
+  }
+}
+
+/// Backward of attention_forward; dq [B*T rows, lddq], dk, dv [B*S rows] are OVERWRITTEN (they may
+/// be column blocks of one packed buffer). `out` and `lse` are the forward's.
+///   forward:  P = softmax(scale Q K^T + bias),  Pd = P * M / (1 - p),  O = Pd V
+///   dV = Pd^T dO;  dP = (dO V^T) * M / (1 - p);
+///   rowsum(P * dP) = rowsum(Pd * dO V^T) = rowsum(dO * Pd V) = rowsum(dO * O) =: D, so
+///   dlogits = P * (dP - D);  dQ = scale dlogits K;  dK = scale dlogits^T Q.
+template <class T>
+void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv, const T* dout,
+                        Index lddo, const T* q, Index ldq, const T* k, Index ldk, const T* v,
+                        Index ldv, const T* out, Index ldo, const T* lse,
+                        const AttentionShape& shape, const AttentionMask<T>& mask, T scale,
+                        const AttentionDropout& dropout = {}) {
+  detail::check_attention("attention_backward", shape, mask, dropout,
+                          {{"lddq", lddq},
+                           {"lddk", lddk},
+                           {"lddv", lddv},
+                           {"lddo", lddo},
+                           {"ldq", ldq},
+                           {"ldk", ldk},
+                           {"ldv", ldv},
+                           {"ldo", ldo}});
+  const Index B = shape.batch, H = shape.heads, Tq = shape.queries, S = shape.keys,
+              K = shape.head_dim;
+  const Index block = std::min(kAttentionQueryBlock, Tq);
+  const bool drop = dropout.p > 0.0;
+  const T inv_keep = T(1 / (1 - dropout.p));
+  using Stride = Eigen::OuterStride<>;
+
+#if defined(_OPENMP)
+#pragma omp parallel
+#endif
+  {
+    detail::AttentionScratch<T> scratch(block, S, true, drop);
+#if defined(_OPENMP)
+#pragma omp for schedule(static)
+#endif
+    for (Index bh = 0; bh < B * H; ++bh) {
+      const Index b = bh / H, h = bh % H;
+      const T* pad = detail::key_padding_bias(scratch, mask.key_padding, b);
+      detail::ConstStrided<T> kh(k + b * S * ldk + h * K, S, K, Stride(ldk));
+      detail::ConstStrided<T> vh(v + b * S * ldv + h * K, S, K, Stride(ldv));
+      detail::Strided<T> dkh(dk + b * S * lddk + h * K, S, K, Stride(lddk));
+      detail::Strided<T> dvh(dv + b * S * lddv + h * K, S, K, Stride(lddv));
+      dkh.setZero();
+      dvh.setZero();
+      for (Index t0 = 0; t0 < Tq; t0 += block) {
+        const Index nt = std::min(block, Tq - t0);
+        const Index ns = detail::visible_keys(mask.causal, t0 + nt - 1, Tq, S);
+        detail::ConstStrided<T> qb(q + (b * Tq + t0) * ldq + h * K, nt, K, Stride(ldq));
+        detail::ConstStrided<T> ob(out + (b * Tq + t0) * ldo + h * K, nt, K, Stride(ldo));
+        detail::ConstStrided<T> dob(dout + (b * Tq + t0) * lddo + h * K, nt, K, Stride(lddo));
+        auto pb = scratch.p.topLeftCorner(nt, ns);
+        auto dpb = scratch.dp.topLeftCorner(nt, ns);
+        pb.noalias() = qb * kh.topRows(ns).transpose();
+        dpb.noalias() = dob * vh.topRows(ns).transpose();
+        for (Index i = 0; i < nt; ++i) {
+          const Index t = t0 + i;
+          const Index n = detail::visible_keys(mask.causal, t, Tq, S);
+          T* row = scratch.p.data() + i * S;
+          // P recomputed from the saved log-sum-exp: exp(-inf - lse) = 0 for blocked keys, and
+          // lse = +inf makes a fully blocked row exactly zero.
+          detail::scale_and_mask(row, n, scale, mask.additive.row(t), pad);
+          detail::RowArrayMap<T>(row, n) -= lse[bh * Tq + t];
+          exp_flush_denormals(row, n);
+          std::fill(row + n, row + ns, T(0));
+          if (drop) {
+            T* dprow = scratch.dp.data() + i * S;
+            T* pdrow = scratch.pd.data() + i * S;
+            const auto base = static_cast<std::uint64_t>((bh * Tq + t) * S);
+            for (Index s = 0; s < n; ++s) {
+              const bool keep = detail::attention_keeps(dropout, base + s);
+              pdrow[s] = keep ? row[s] * inv_keep : T(0);
+              dprow[s] = keep ? dprow[s] * inv_keep : T(0);
+            }
+            std::fill(pdrow + n, pdrow + ns, T(0));
+          }
+        }
+        if (drop)
+          dvh.topRows(ns).noalias() += scratch.pd.topLeftCorner(nt, ns).transpose() * dob;
+        else
+          dvh.topRows(ns).noalias() += pb.transpose() * dob;
+        for (Index i = 0; i < nt; ++i) {
+          const T d = dob.row(i).dot(ob.row(i));
+          detail::RowArrayMap<T> ds(scratch.dp.data() + i * S, ns);
+          ds = detail::ConstRowArrayMap<T>(scratch.p.data() + i * S, ns) * (ds - d);
+        }
+        detail::Strided<T> dqb(dq + (b * Tq + t0) * lddq + h * K, nt, K, Stride(lddq));
+        dqb.noalias() = scale * (dpb * kh.topRows(ns));
+        dkh.topRows(ns).noalias() += scale * (dpb.transpose() * qb);
+      }
+    }
+  }
+}
+
+}  // namespace attn::kernels

@@ -1,0 +1,65 @@
+// What the naive and the fast attention kernels share: the problem's shape, the dropout on the
+// attention weights, and the argument checks, so that both reject exactly the same calls.
+//
+// Layout (both kernels): Q is a row-major matrix of B*T rows; row b*T + t, columns [h*K, h*K + K)
+// hold head h of query t of batch row b; consecutive rows are ldq elements apart (ldq >= H*K,
+// e.g. 3*D when Q, K and V are column blocks of one packed [B*L, 3D] projection). K and V likewise
+// with B*S rows (ldk, ldv); the output O with B*T rows (ldo). Heads are concatenated in the
+// columns: exactly the layout the output projection multiplies as one GEMM.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "attn/error.hpp"
+#include "attn/mask.hpp"
+#include "attn/random.hpp"
+#include "attn/tensor.hpp"
+
+namespace attn::kernels {
+
+struct AttentionShape {
+  Index batch, heads, queries /*T*/, keys /*S*/, head_dim /*K*/;
+};
+
+/// Optional dropout on the attention weights (after softmax, before multiplying V), inverted
+/// (kept weights scaled by 1/(1-p)). Element (b,h,t,s) is dropped iff
+/// uniform_at(key, ((b*H + h)*T + t)*S + s) < p, so backward regenerates the same mask without
+/// storing it, and the mask does not depend on the thread count.
+struct AttentionDropout {
+  double p = 0.0;
+  std::uint64_t key = 0;
+};
+
+namespace detail {
+
+/// True when attention weight `index` (the flat (b,h,t,s) index above) survives dropout.
+inline bool attention_keeps(const AttentionDropout& d, std::uint64_t index) {
+  return uniform_at(d.key, index) >= d.p;
+}
+
+/// A leading dimension and its parameter name, for the messages of check_attention.
+struct LeadingDim {
+  const char* name;
+  Index ld;
+};
+
+/// Throws unless the sizes, leading dimensions, mask and dropout fit together. `who` names the
+/// calling kernel in the message.
+template <class T>
+void check_attention(const char* who, const AttentionShape& s, const AttentionMask<T>& mask,
+                     const AttentionDropout& dropout, std::initializer_list<LeadingDim> lds) {
+  ATTN_CHECK(s.batch >= 0 && s.heads >= 0 && s.queries >= 0 && s.keys >= 0 && s.head_dim >= 0,
+             ShapeError, who, ": sizes must be >= 0, got [B, H, T, S, K] = [", s.batch, ", ",
+             s.heads, ", ", s.queries, ", ", s.keys, ", ", s.head_dim, "]");
+  const Index width = s.heads * s.head_dim;
+  for (const auto& l : lds)
+    ATTN_CHECK(l.ld >= width, ShapeError, who, ": expected ", l.name, " >= H*K = ", s.heads, "*",
+               s.head_dim, " = ", width, ", got ", l.ld);
+  ATTN_CHECK(dropout.p >= 0.0 && dropout.p < 1.0, ConfigError, who,
+             ": dropout probability must be in [0, 1), got ", dropout.p);
+  mask.check(s.batch, s.queries, s.keys);
+}
+
+}  // namespace detail
+}  // namespace attn::kernels
