@@ -1,0 +1,396 @@
+// MultiHeadAttention: gradients (self, cross, masks, dropout) against central differences, naive
+// and fast kernels against each other, PyTorch golden outputs and gradients, attention weights,
+// incremental decoding against the full causal forward, and every error path.
+#include "golden/golden.hpp"
+#include "gradcheck.hpp"
+#include "pch.hpp"
+
+#include <attn/nn/multi_head_attention.hpp>
+
+namespace attn {
+namespace {
+
+using testing::randn;
+
+constexpr Index D = 8, H = 2;
+
+/// Xavier weights plus non-zero biases, so that every parameter matters.
+void init(MultiHeadAttention<double>& mha, std::uint64_t seed) {
+  Rng rng(seed);
+  mha.reset_parameters(rng);
+  fill_normal(mha.in_proj_bias.value, rng, 0, 0.5);
+  fill_normal(mha.out_proj.bias.value, rng, 0, 0.5);
+}
+
+AttentionMask<double> padding(const std::vector<Index>& lengths, Index S, bool causal = false) {
+  AttentionMask<double> m;
+  m.key_padding = KeyPaddingMask::from_lengths(lengths, S);
+  m.causal = causal;
+  return m;
+}
+
+std::string message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+class MhaKernel : public ::testing::TestWithParam<bool> {};  // param: use the fast kernel
+
+TEST_P(MhaKernel, SelfAttentionGradientsWithCausalAndPadding) {
+  MultiHeadAttention<double> mha(D, H, 0.0, GetParam());
+  init(mha, 1);
+  Tensor<double> x = randn({2, 4, D}, 2);
+  // Row 1 is entirely padding: its outputs are out_proj's bias and no gradient flows through it.
+  for (const auto& mask : {padding({4, 0}, 4, true), padding({3, 2}, 4, false),
+                           AttentionMask<double>::causal_only()}) {
+    auto res = testing::check_module(
+        mha, {{"x", x}}, [&] { return mha.forward_self(x, mask); },
+        [&](const Tensor<double>& dy) { return std::vector<Tensor<double>>{mha.backward(dy)}; });
+    EXPECT_GRADIENTS_MATCH(res);
+    EXPECT_EQ(res.checked, 64 + 3 * D * D + 3 * D + D * D + D);
+  }
+}
+
+TEST_P(MhaKernel, CrossAttentionGradientsWithMemoryPadding) {
+  MultiHeadAttention<double> mha(D, H, 0.0, GetParam());
+  init(mha, 3);
+  Tensor<double> x = randn({2, 3, D}, 4);
+  Tensor<double> memory = randn({2, 5, D}, 5);
+  for (const auto& mask : {padding({5, 2}, 5), padding({0, 4}, 5), AttentionMask<double>::none()}) {
+    auto res = testing::check_module(
+        mha, {{"x", x}, {"memory", memory}}, [&] { return mha.forward_cross(x, memory, mask); },
+        [&](const Tensor<double>& dy) {
+          const Tensor<double>& dx = mha.backward(dy);
+          return std::vector<Tensor<double>>{dx, mha.dmemory()};
+        });
+    EXPECT_GRADIENTS_MATCH(res);
+    EXPECT_EQ(res.checked, 48 + 80 + 3 * D * D + 3 * D + D * D + D);
+  }
+}
+
+TEST_P(MhaKernel, TrainingModeAttentionDropoutGradients) {
+  MultiHeadAttention<double> mha(D, H, 0.3, GetParam());
+  init(mha, 6);
+  auto state = std::make_shared<RandomState>();
+  state->seed = 77;
+  mha.set_random_state(state);
+  mha.train();
+  Tensor<double> x = randn({2, 4, D}, 7);
+  Tensor<double> memory = randn({2, 3, D}, 8);
+  const auto mask = padding({4, 3}, 4, true);
+  // Each forward draws a key; resetting the counter repeats the same dropout mask every time.
+  auto self = testing::check_module(
+      mha, {{"x", x}},
+      [&] {
+        state->counter = 0;
+        return mha.forward_self(x, mask);
+      },
+      [&](const Tensor<double>& dy) { return std::vector<Tensor<double>>{mha.backward(dy)}; });
+  EXPECT_GRADIENTS_MATCH(self);
+  auto cross = testing::check_module(
+      mha, {{"x", x}, {"memory", memory}},
+      [&] {
+        state->counter = 0;
+        return mha.forward_cross(x, memory, padding({3, 1}, 3));
+      },
+      [&](const Tensor<double>& dy) {
+        const Tensor<double>& dx = mha.backward(dy);
+        return std::vector<Tensor<double>>{dx, mha.dmemory()};
+      });
+  EXPECT_GRADIENTS_MATCH(cross);
+
+  // The dropout is real: training and eval outputs differ, and eval ignores it.
+  state->counter = 0;
+  Tensor<double> train_out = mha.forward_self(x, mask).clone();
+  mha.eval();
+  Tensor<double> eval_out = mha.forward_self(x, mask).clone();
+  EXPECT_GT(testing::max_abs_diff(train_out, eval_out), 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(NaiveAndFast, MhaKernel, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "fast" : "naive";
+                         });
+
+/// Forward and backward of `run` on a naive and a fast module with identical parameters.
+void expect_kernels_agree(bool cross, double p) {
+  MultiHeadAttention<double> naive(D, H, p, false), fast(D, H, p, true);
+  init(naive, 11);
+  auto np = naive.parameters(), fp = fast.parameters();
+  for (std::size_t i = 0; i < np.size(); ++i)
+    std::copy(np[i].value.begin(), np[i].value.end(), fp[i].value.begin());
+  auto state_n = std::make_shared<RandomState>(), state_f = std::make_shared<RandomState>();
+  naive.set_random_state(state_n);
+  fast.set_random_state(state_f);
+  naive.keep_attention_weights(true);
+  fast.keep_attention_weights(true);
+  Tensor<double> x = randn({3, 5, D}, 12), memory = randn({3, 6, D}, 13), dy = randn({3, 5, D}, 14);
+  auto run = [&](MultiHeadAttention<double>& m) {
+    m.zero_grad();
+    Tensor<double> y = cross ? m.forward_cross(x, memory, padding({6, 1, 4}, 6)).clone()
+                             : m.forward_self(x, padding({5, 2, 0}, 5, true)).clone();
+    Tensor<double> dx = m.backward(dy).clone();
+    return std::make_pair(y, dx);
+  };
+  auto [yn, dxn] = run(naive);
+  auto [yf, dxf] = run(fast);
+  EXPECT_LT(testing::max_abs_diff(yn, yf), 1e-12);
+  EXPECT_LT(testing::max_abs_diff(dxn, dxf), 1e-12);
+  EXPECT_LT(testing::max_abs_diff(naive.attention_weights(), fast.attention_weights()), 1e-12);
+  if (cross) {
+    EXPECT_LT(testing::max_abs_diff(naive.dmemory(), fast.dmemory()), 1e-12);
+  }
+  for (std::size_t i = 0; i < np.size(); ++i)
+    EXPECT_LT(testing::max_abs_diff(np[i].grad, fp[i].grad), 1e-12) << np[i].name;
+}
+
+TEST(MultiHeadAttention, NaiveAndFastKernelsAgree) {
+  for (bool cross : {false, true})
+    for (double p : {0.0, 0.25}) {
+      SCOPED_TRACE(std::string(cross ? "cross" : "self") + " p=" + std::to_string(p));
+      expect_kernels_agree(cross, p);
+    }
+}
+
+TEST(MultiHeadAttention, ParametersHaveTorchNamesAndShapes) {
+  MultiHeadAttention<float> mha(16, 4);
+  auto ps = mha.parameters();
+  ASSERT_EQ(ps.size(), 4u);
+  EXPECT_EQ(ps[0].name, "in_proj_weight");
+  EXPECT_EQ(ps[0].value.shape(), Shape({48, 16}));
+  EXPECT_EQ(ps[1].name, "in_proj_bias");
+  EXPECT_EQ(ps[1].value.shape(), Shape({48}));
+  EXPECT_EQ(ps[2].name, "out_proj.weight");
+  EXPECT_EQ(ps[2].value.shape(), Shape({16, 16}));
+  EXPECT_EQ(ps[3].name, "out_proj.bias");
+  EXPECT_EQ(ps[3].value.shape(), Shape({16}));
+}
+
+TEST(MultiHeadAttention, ResetParametersIsXavierOnTheWholeInProjection) {
+  MultiHeadAttention<double> mha(16, 4);
+  Rng rng(3);
+  mha.reset_parameters(rng);
+  const double a = std::sqrt(6.0 / (48 + 16));  // fan_in 16, fan_out 48, as PyTorch
+  double max_abs = 0;
+  for (double v : mha.in_proj_weight.value) max_abs = std::max(max_abs, std::abs(v));
+  EXPECT_LE(max_abs, a);
+  EXPECT_GT(max_abs, 0.9 * a);  // 768 draws reach close to the bound
+  for (double v : mha.in_proj_bias.value) EXPECT_EQ(v, 0.0);
+  for (double v : mha.out_proj.bias.value) EXPECT_EQ(v, 0.0);
+}
+
+/// Loads a golden MultiheadAttention case and compares output, weights and all gradients.
+void check_golden(const std::string& file, bool cross, bool fast) {
+  testing::GoldenFile g(file);
+  MultiHeadAttention<double> mha(D, H, 0.0, fast);
+  auto loaded = testing::load_state_dict(
+      mha, g, {"x", "memory", "lengths", "memory_lengths", "R", "out", "weights"});
+  EXPECT_EQ(loaded.size(), mha.parameters().size());
+  mha.keep_attention_weights(true);
+  const Tensor<double>& x = g["x"];
+  const Tensor<double>& out =
+      cross ? mha.forward_cross(x, g["memory"],
+                                padding(g.lengths("memory_lengths"), g["memory"].size(1)))
+            : mha.forward_self(x, padding(g.lengths("lengths"), x.size(1), true));
+  EXPECT_LT(testing::max_abs_diff(out, g["out"]), 1e-12);
+  EXPECT_LT(testing::max_abs_diff(mha.attention_weights(), g["weights"]), 1e-12);
+  mha.zero_grad();
+  EXPECT_LT(testing::max_abs_diff(mha.backward(g["R"]), g["grad.x"]), 1e-11);
+  if (cross) {
+    EXPECT_LT(testing::max_abs_diff(mha.dmemory(), g["grad.memory"]), 1e-11);
+  }
+  for (const auto& p : mha.parameters())
+    EXPECT_LT(testing::max_abs_diff(p.grad, g["grad." + p.name]), 1e-11) << p.name;
+}
+
+TEST(MultiHeadAttention, MatchesPyTorchSelfAttention) {
+  check_golden("mha_self.txt", false, false);
+  check_golden("mha_self.txt", false, true);
+}
+
+TEST(MultiHeadAttention, MatchesPyTorchCrossAttention) {
+  check_golden("mha_cross.txt", true, false);
+  check_golden("mha_cross.txt", true, true);
+}
+
+TEST(MultiHeadAttention, AttentionWeightsAreDistributionsOverAllowedKeys) {
+  MultiHeadAttention<double> mha(D, H);
+  init(mha, 21);
+  mha.keep_attention_weights(true);
+  Tensor<double> x = randn({2, 4, D}, 22);
+  const std::vector<Index> lengths = {4, 0};
+  mha.forward_self(x, padding(lengths, 4, true));
+  const Tensor<double>& w = mha.attention_weights();
+  ASSERT_EQ(w.shape(), Shape({2, H, 4, 4}));
+  for (Index h = 0; h < H; ++h)
+    for (Index t = 0; t < 4; ++t) {
+      double row = 0;
+      for (Index s = 0; s < 4; ++s) {
+        row += w(0, h, t, s);
+        if (s > t)
+          EXPECT_EQ(w(0, h, t, s), 0.0);  // causal
+        else
+          EXPECT_GT(w(0, h, t, s), 0.0);
+        EXPECT_EQ(w(1, h, t, s), 0.0);  // fully padded batch row
+      }
+      EXPECT_NEAR(row, 1.0, 1e-14);
+    }
+  Tensor<double> memory = randn({2, 3, D}, 23);
+  mha.forward_cross(x, memory, padding({2, 3}, 3));
+  ASSERT_EQ(mha.attention_weights().shape(), Shape({2, H, 4, 3}));
+  for (Index h = 0; h < H; ++h)
+    for (Index t = 0; t < 4; ++t) {
+      EXPECT_EQ(mha.attention_weights()(0, h, t, 2), 0.0);
+      EXPECT_NEAR(mha.attention_weights()(1, h, t, 0) + mha.attention_weights()(1, h, t, 1) +
+                      mha.attention_weights()(1, h, t, 2),
+                  1.0, 1e-14);
+    }
+}
+
+TEST(MultiHeadAttention, AttentionWeightsMustBeAskedFor) {
+  MultiHeadAttention<double> mha(D, H);
+  mha.forward_self(randn({1, 2, D}, 1), {});
+  EXPECT_NE(message([&] { mha.attention_weights(); }).find("keep_attention_weights(true)"),
+            std::string::npos);
+  mha.keep_attention_weights(true);
+  EXPECT_NE(message([&] { mha.attention_weights(); }).find("no forward"), std::string::npos);
+}
+
+TEST(MultiHeadAttention, SelfStepsWithCacheEqualTheFullCausalForward) {
+  MultiHeadAttention<double> mha(D, H);
+  init(mha, 31);
+  mha.eval();
+  mha.keep_attention_weights(true);
+  const Index B = 2, L = 5;
+  Tensor<double> x = randn({B, L, D}, 32);
+  Tensor<double> full = mha.forward_self(x, AttentionMask<double>::causal_only()).clone();
+  Tensor<double> full_w = mha.attention_weights().clone();
+  KVCache<double> cache;
+  cache.allocate(B, L, D);
+  const double* keys_storage = cache.keys.data();
+  Tensor<double> xt({B, 1, D});
+  for (Index t = 0; t < L; ++t) {
+    for (Index b = 0; b < B; ++b)
+      for (Index d = 0; d < D; ++d) xt(b, 0, d) = x(b, t, d);
+    const Tensor<double>& y = mha.forward_self_step(xt, cache);
+    EXPECT_EQ(cache.length, t + 1);
+    ASSERT_EQ(mha.attention_weights().shape(), Shape({B, H, 1, t + 1}));
+    for (Index b = 0; b < B; ++b) {
+      for (Index d = 0; d < D; ++d) EXPECT_NEAR(y(b, 0, d), full(b, t, d), 1e-13) << t;
+      for (Index h = 0; h < H; ++h)
+        for (Index s = 0; s <= t; ++s)
+          EXPECT_NEAR(mha.attention_weights()(b, h, 0, s), full_w(b, h, t, s), 1e-14);
+    }
+  }
+  EXPECT_EQ(cache.keys.data(), keys_storage);  // reserved once, never reallocated
+  EXPECT_NE(message([&] { mha.forward_self_step(xt, cache); }).find("cache full, capacity 5"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              mha.backward(randn({B, 1, D}, 1));
+            }).find("no backward"),
+            std::string::npos);
+}
+
+TEST(MultiHeadAttention, CachedCrossAttentionEqualsTheFullForward) {
+  MultiHeadAttention<double> mha(D, H, 0.0, false);
+  init(mha, 41);
+  mha.eval();
+  const Index B = 2, T = 3, S = 4;
+  Tensor<double> x = randn({B, T, D}, 42), memory = randn({B, S, D}, 43);
+  const auto mask = padding({4, 2}, S);
+  Tensor<double> full = mha.forward_cross(x, memory, mask).clone();
+  KVCache<double> cache;
+  Tensor<double> xt({B, 1, D});
+  for (Index t = 0; t < T; ++t) {
+    for (Index b = 0; b < B; ++b)
+      for (Index d = 0; d < D; ++d) xt(b, 0, d) = x(b, t, d);
+    const Tensor<double>& y = mha.forward_cross_cached(xt, memory, cache, mask);
+    EXPECT_EQ(cache.length, S);
+    for (Index b = 0; b < B; ++b)
+      for (Index d = 0; d < D; ++d) EXPECT_NEAR(y(b, 0, d), full(b, t, d), 1e-13);
+    if (t == 0) memory.fill(1e3);  // the cache is used from the second step on, not the memory
+  }
+  // All queries at once through the same cache.
+  Tensor<double> all = mha.forward_cross_cached(x, memory, cache, mask).clone();
+  EXPECT_LT(testing::max_abs_diff(all, full), 1e-13);
+  EXPECT_THROW(mha.forward_cross_cached(x, randn({B, S + 1, D}, 1), cache, padding({4, 2}, S + 1)),
+               ShapeError);
+}
+
+TEST(MultiHeadAttention, FloatAgreesWithDouble) {
+  MultiHeadAttention<double> md(D, H);
+  MultiHeadAttention<float> mf(D, H);
+  init(md, 51);
+  auto pd = md.parameters();
+  auto pf = mf.parameters();
+  for (std::size_t i = 0; i < pd.size(); ++i)
+    for (Index j = 0; j < pd[i].value.numel(); ++j)
+      pf[i].value.data()[j] = static_cast<float>(pd[i].value.data()[j]);
+  Tensor<double> x = randn({2, 3, D}, 52);
+  Tensor<float> xf({2, 3, D});
+  for (Index i = 0; i < x.numel(); ++i) xf.data()[i] = static_cast<float>(x.data()[i]);
+  AttentionMask<float> mask;
+  mask.causal = true;
+  const Tensor<double>& yd = md.forward_self(x, AttentionMask<double>::causal_only());
+  const Tensor<float>& yf = mf.forward_self(xf, mask);
+  for (Index i = 0; i < yd.numel(); ++i) EXPECT_NEAR(yf.data()[i], yd.data()[i], 1e-5);
+  const Tensor<float>& dxf = mf.backward(Tensor<float>::full({2, 3, D}, 1.0f));
+  EXPECT_EQ(dxf.shape(), Shape({2, 3, D}));
+}
+
+TEST(MultiHeadAttention, RejectsBadShapesMasksAndConfigurations) {
+  MultiHeadAttention<double> mha(D, H);
+  EXPECT_EQ(message([&] {
+              mha.forward_self(Tensor<double>({2, 3, 5}), {});
+            }),
+            "MultiHeadAttention: expected x [B, L, 8], got [2, 3, 5]");
+  EXPECT_THROW(mha.forward_self(Tensor<double>({6, 8}), {}), ShapeError);
+  EXPECT_EQ(message([&] {
+              mha.forward_cross(Tensor<double>({2, 3, D}), Tensor<double>({3, 4, D}), {});
+            }),
+            "MultiHeadAttention: expected memory [2, S, 8] (B of x), got [3, 4, 8]");
+  EXPECT_THROW(mha.forward_cross(Tensor<double>({2, 3, D}), Tensor<double>({2, 4, 7}), {}),
+               ShapeError);
+  EXPECT_EQ(message([&] {
+              mha.forward_self(Tensor<double>({2, 4, D}), padding({3, 3}, 3));
+            }),
+            "KeyPaddingMask: expected [B, S] = [2, 4], got [2, 3]");
+  EXPECT_THROW(
+      mha.forward_cross(Tensor<double>({2, 3, D}), Tensor<double>({2, 4, D}), padding({3, 3}, 3)),
+      ShapeError);
+  EXPECT_NE(message([&] {
+              mha.backward(Tensor<double>({2, 3, D}));
+            }).find("forward_self"),
+            std::string::npos);
+  mha.forward_self(Tensor<double>({2, 4, D}), {});
+  EXPECT_EQ(message([&] {
+              mha.backward(Tensor<double>({2, 3, D}));
+            }),
+            "MultiHeadAttention::backward: expected dy of shape [2, 4, 8], got [2, 3, 8]");
+  EXPECT_NE(message([&] { mha.dmemory(); }).find("forward_cross"), std::string::npos);
+
+  EXPECT_EQ(message([] { MultiHeadAttention<double>(500, 8); }),
+            "d_model (500) must be divisible by heads (8)");
+  EXPECT_THROW(MultiHeadAttention<double>(500, 8), ConfigError);
+  EXPECT_THROW(MultiHeadAttention<double>(0, 8), ConfigError);
+  EXPECT_THROW(MultiHeadAttention<double>(8, 2, 1.0), ConfigError);
+  EXPECT_THROW(MultiHeadAttention<double>(8, 2, -0.1), ConfigError);
+
+  KVCache<double> cache;
+  EXPECT_NE(message([&] {
+              mha.forward_self_step(Tensor<double>({2, 1, D}), cache);
+            }).find("expected a cache allocated for [B, *, D] = [2, *, 8]"),
+            std::string::npos);
+  cache.allocate(2, 4, D);
+  EXPECT_EQ(message([&] {
+              mha.forward_self_step(Tensor<double>({2, 2, D}), cache);
+            }),
+            "MultiHeadAttention::forward_self_step: expected x [B, 1, 8], got [2, 2, 8]");
+}
+
+}  // namespace
+}  // namespace attn
