@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <unistd.h>
 #include <cstdio>
+
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -65,8 +67,23 @@ std::vector<RawEntry> sample_entries() {
           {"One file\0%d files"s, "Eine Datei\0%d Dateien"s}};
 }
 
+std::string temp_prefix() { return "attn_translate_" + std::to_string(::getpid()) + "_"; }
+
+// Removes this process's temporary directories after the last test.
+class TempCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec))
+      if (e.path().filename().string().rfind(temp_prefix(), 0) == 0) fs::remove_all(e.path(), ec);
+  }
+};
+[[maybe_unused]] const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new TempCleanup);
+
 fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("attn_translate_" + name);
+  // The process id keeps tests that ctest runs in parallel processes apart.
+  const fs::path dir =
+      fs::temp_directory_path() / ("attn_translate_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
