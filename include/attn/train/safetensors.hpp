@@ -1,0 +1,478 @@
+// Reading and writing the safetensors format (huggingface/safetensors), so checkpoints move between
+// attn and PyTorch.
+//
+// NOTE: this is the one attn header that needs nlohmann-json (<nlohmann/json.hpp>, CMake package
+// nlohmann_json, target nlohmann_json::nlohmann_json); link it when you include this header or
+// train/checkpoint.hpp / train/averaging.hpp. The rest of attn needs only Eigen.
+//
+// Layout of a file:
+//   8 bytes        N, the header length, little-endian unsigned 64-bit
+//   N bytes        UTF-8 JSON object, padded with spaces to a multiple of 8 (as the reference
+//                  writer does):
+//                    {"__metadata__": {"key": "value", ...},          (optional, strings only)
+//                     "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]},
+//                     ...}
+//   the rest       the data buffer: every tensor's raw little-endian bytes, row-major, at
+//                  [begin, end) relative to the start of the buffer. The tensors tile the buffer
+//                  exactly: no gaps, no overlaps, nothing after the last one.
+// load_safetensors checks all of that and throws FormatError saying what is wrong; a file that
+// cannot be opened or read is an IOError naming the path. save_safetensors writes atomically:
+// either the target afterwards holds the complete new file, or it is untouched.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attn/tensor.hpp"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "attn/train/safetensors.hpp copies raw bytes and supports little-endian hosts only"
+#endif
+
+namespace attn {
+
+/// Element types of the safetensors format.
+enum class Dtype {
+  BOOL,
+  U8,
+  I8,
+  F8_E5M2,
+  F8_E4M3,
+  I16,
+  U16,
+  F16,
+  BF16,
+  I32,
+  U32,
+  F32,
+  F64,
+  I64,
+  U64
+};
+
+namespace detail {
+struct DtypeInfo {
+  Dtype dtype;
+  const char* name;
+  std::size_t size;
+};
+inline const std::vector<DtypeInfo>& dtype_table() {
+  static const std::vector<DtypeInfo> table = {
+      {Dtype::BOOL, "BOOL", 1},       {Dtype::U8, "U8", 1},           {Dtype::I8, "I8", 1},
+      {Dtype::F8_E5M2, "F8_E5M2", 1}, {Dtype::F8_E4M3, "F8_E4M3", 1}, {Dtype::I16, "I16", 2},
+      {Dtype::U16, "U16", 2},         {Dtype::F16, "F16", 2},         {Dtype::BF16, "BF16", 2},
+      {Dtype::I32, "I32", 4},         {Dtype::U32, "U32", 4},         {Dtype::F32, "F32", 4},
+      {Dtype::F64, "F64", 8},         {Dtype::I64, "I64", 8},         {Dtype::U64, "U64", 8}};
+  return table;
+}
+}  // namespace detail
+
+inline const char* dtype_name(Dtype d) {
+  for (const auto& e : detail::dtype_table())
+    if (e.dtype == d) return e.name;
+  return "?";
+}
+inline std::size_t dtype_size(Dtype d) {
+  for (const auto& e : detail::dtype_table())
+    if (e.dtype == d) return e.size;
+  return 0;
+}
+inline std::ostream& operator<<(std::ostream& os, Dtype d) { return os << dtype_name(d); }
+
+/// The safetensors dtype of a C++ scalar: float F32, double F64, int32 I32, int64 I64, uint8 U8.
+template <class T>
+constexpr Dtype dtype_of() {
+  if constexpr (std::is_same_v<T, float>)
+    return Dtype::F32;
+  else if constexpr (std::is_same_v<T, double>)
+    return Dtype::F64;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return Dtype::I32;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return Dtype::I64;
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return Dtype::U8;
+  else
+    static_assert(sizeof(T) == 0, "no safetensors dtype for this scalar type");
+}
+
+/// One tensor to write: a view of `nbytes` raw bytes at `data`, kept alive by `owner`.
+struct TensorEntry {
+  std::string name;
+  Dtype dtype = Dtype::F32;
+  std::vector<Index> shape;
+  const void* data = nullptr;
+  std::size_t nbytes = 0;
+  std::shared_ptr<const void> owner;  // keeps `data` valid (a tensor handle or a byte vector)
+};
+
+/// An entry viewing `t` (shares its storage; no copy).
+template <class T>
+TensorEntry tensor_entry(std::string name, const Tensor<T>& t) {
+  auto keep = std::make_shared<Tensor<T>>(t);
+  return {std::move(name),
+          dtype_of<T>(),
+          t.shape().to_vector(),
+          keep->data(),
+          static_cast<std::size_t>(t.numel()) * sizeof(T),
+          keep};
+}
+
+/// An entry owning `bytes` of any dtype (e.g. F16 data produced elsewhere).
+inline TensorEntry bytes_entry(std::string name, Dtype dtype, std::vector<Index> shape,
+                               std::vector<unsigned char> bytes) {
+  auto keep = std::make_shared<std::vector<unsigned char>>(std::move(bytes));
+  return {std::move(name), dtype, std::move(shape), keep->data(), keep->size(), keep};
+}
+
+/// Where a tensor lives in a loaded file.
+struct TensorInfo {
+  Dtype dtype;
+  std::vector<Index> shape;
+  std::size_t begin, end;  // byte offsets in the data buffer
+};
+
+inline std::string shape_str(const std::vector<Index>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// A validated safetensors file held in memory.
+class SafetensorsFile {
+ public:
+  const std::string& path() const { return path_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  /// Tensor names in the order of the file's header.
+  const std::vector<std::string>& names() const { return names_; }
+  bool contains(const std::string& name) const { return infos_.count(name) != 0; }
+  std::size_t size() const { return names_.size(); }
+
+  /// FormatError when the file has no tensor `name`.
+  const TensorInfo& info(const std::string& name) const {
+    auto it = infos_.find(name);
+    ATTN_CHECK(it != infos_.end(), FormatError, path_, ": no tensor named '", name, "'");
+    return it->second;
+  }
+  /// The tensor's raw bytes (info(name).end - begin of them).
+  const unsigned char* bytes(const std::string& name) const {
+    return buffer_.data() + data_start_ + info(name).begin;
+  }
+
+  /// A copy of tensor `name` as Tensor<T>; FormatError unless its dtype is dtype_of<T>().
+  template <class T>
+  Tensor<T> tensor(const std::string& name) const {
+    const TensorInfo& ti = info(name);
+    ATTN_CHECK(ti.dtype == dtype_of<T>(), FormatError, path_, ": tensor ", name, " has dtype ",
+               ti.dtype, ", expected ", dtype_of<T>());
+    ATTN_CHECK(ti.shape.size() <= static_cast<std::size_t>(Shape::kMaxRank), FormatError, path_,
+               ": tensor ", name, " has rank ", ti.shape.size(), ", attn supports at most ",
+               Shape::kMaxRank);
+    Tensor<T> t{Shape(ti.shape)};
+    if (ti.end > ti.begin) std::memcpy(t.data(), bytes(name), ti.end - ti.begin);
+    return t;
+  }
+
+ private:
+  friend SafetensorsFile parse_safetensors(std::vector<unsigned char> bytes,
+                                           const std::string& path);
+  std::string path_;
+  std::vector<unsigned char> buffer_;  // the whole file
+  std::size_t data_start_ = 0;         // 8 + header length
+  std::vector<std::string> names_;
+  std::map<std::string, TensorInfo> infos_;
+  std::map<std::string, std::string> metadata_;
+};
+
+namespace detail {
+
+/// Headers longer than this are refused as corrupt (the reference reader's limit).
+inline constexpr std::uint64_t kMaxSafetensorsHeader = 100'000'000;
+
+/// Test hook: a write of the file body fails (ENOSPC) once this many bytes have been written.
+inline std::size_t& safetensors_fail_after_bytes() {
+  static std::size_t limit = std::numeric_limits<std::size_t>::max();
+  return limit;
+}
+
+inline std::string errno_text(int err) { return std::strerror(err); }
+
+/// Writes all of [data, data + n), retrying short writes; false with errno set on failure.
+inline bool write_all(int fd, const void* data, std::size_t n, std::size_t& written) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  while (n > 0) {
+    std::size_t chunk = std::min<std::size_t>(n, 1 << 24);
+    const std::size_t limit = safetensors_fail_after_bytes();
+    if (written >= limit) {
+      errno = ENOSPC;
+      return false;
+    }
+    chunk = std::min(chunk, limit - written);
+    const ssize_t k = ::write(fd, p, chunk);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += k;
+    n -= static_cast<std::size_t>(k);
+    written += static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+inline std::string parent_directory(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace detail
+
+/// Writes `tensors` (in the given order) and `metadata` to `path` atomically: into
+/// "<path>.tmp.<pid>" in the same directory, fsync, rename over `path`, fsync the directory. On
+/// any failure the temporary file is removed, `path` is left as it was, and IOError is thrown.
+/// Names must be unique, non-empty and not "__metadata__"; each entry's byte count must match its
+/// dtype and shape (ConfigError / ShapeError otherwise, before anything is written).
+inline void save_safetensors(const std::string& path, const std::vector<TensorEntry>& tensors,
+                             const std::map<std::string, std::string>& metadata = {}) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata) meta[k] = v;
+    header["__metadata__"] = std::move(meta);
+  }
+  std::set<std::string> seen;
+  std::size_t offset = 0;
+  for (const auto& t : tensors) {
+    ATTN_CHECK(!t.name.empty() && t.name != "__metadata__", ConfigError,
+               "save_safetensors: invalid tensor name '", t.name, "'");
+    ATTN_CHECK(seen.insert(t.name).second, ConfigError, "save_safetensors: tensor name '", t.name,
+               "' appears twice");
+    std::size_t numel = 1;
+    for (Index d : t.shape) {
+      ATTN_CHECK(d >= 0, ShapeError, "save_safetensors: tensor ", t.name,
+                 " has negative extent in ", shape_str(t.shape));
+      numel *= static_cast<std::size_t>(d);
+    }
+    ATTN_CHECK(numel * dtype_size(t.dtype) == t.nbytes, ShapeError, "save_safetensors: tensor ",
+               t.name, " of dtype ", t.dtype, " and shape ", shape_str(t.shape), " needs ",
+               numel * dtype_size(t.dtype), " bytes, got ", t.nbytes);
+    ATTN_CHECK(t.nbytes == 0 || t.data != nullptr, ConfigError, "save_safetensors: tensor ", t.name,
+               " has no data");
+    header[t.name] = {{"dtype", dtype_name(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + t.nbytes}}};
+    offset += t.nbytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const std::uint64_t n = text.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ATTN_CHECK(fd >= 0, IOError, "cannot create ", tmp, " to write ", path, ": ",
+             detail::errno_text(errno));
+  auto fail = [&](const char* what, int err, bool close_fd) {
+    if (close_fd) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw IOError(
+        detail::concat("cannot ", what, " ", path, " (via ", tmp, "): ", detail::errno_text(err)));
+  };
+  std::size_t written = 0;
+  if (!detail::write_all(fd, len, 8, written) ||
+      !detail::write_all(fd, text.data(), text.size(), written))
+    fail("write", errno, true);
+  for (const auto& t : tensors)
+    if (!detail::write_all(fd, t.data, t.nbytes, written)) fail("write", errno, true);
+  if (::fsync(fd) != 0) fail("fsync", errno, true);
+  if (::close(fd) != 0) fail("close", errno, false);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename into", errno, false);
+  // The rename is durable only once the directory entry is; some filesystems cannot fsync a
+  // directory (EINVAL), which is no reason to fail a save that is already complete.
+  const std::string dir = detail::parent_directory(path);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    const int rc = ::fsync(dfd);
+    const int err = errno;
+    ::close(dfd);
+    ATTN_CHECK(rc == 0 || err == EINVAL, IOError, "cannot fsync directory ", dir, " after writing ",
+               path, ": ", detail::errno_text(err));
+  }
+}
+
+/// Validates `bytes` as the content of a safetensors file and takes them; `path` names the source
+/// in error messages. FormatError if they are not a well-formed safetensors file.
+inline SafetensorsFile parse_safetensors(std::vector<unsigned char> bytes,
+                                         const std::string& path) {
+  SafetensorsFile f;
+  f.path_ = path;
+  f.buffer_ = std::move(bytes);
+  const std::size_t size = f.buffer_.size();
+  ATTN_CHECK(size >= 8, FormatError, path, ": file is ", size,
+             " bytes, shorter than the 8-byte header length of a safetensors file");
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | f.buffer_[static_cast<std::size_t>(i)];
+  ATTN_CHECK(n <= detail::kMaxSafetensorsHeader, FormatError, path, ": header length ", n,
+             " exceeds the limit of ", detail::kMaxSafetensorsHeader, " bytes (corrupt file?)");
+  ATTN_CHECK(n <= size - 8, FormatError, path, ": header length ", n,
+             " runs past the end of the file (", size, " bytes)");
+  ATTN_CHECK(n >= 2 && f.buffer_[8] == '{', FormatError, path,
+             ": header does not start with a JSON object");
+  f.data_start_ = 8 + static_cast<std::size_t>(n);
+  const std::size_t data_size = size - f.data_start_;
+
+  // ordered_json keeps the file's tensor order for names().
+  using json = nlohmann::ordered_json;
+  json header;
+  std::string duplicate;
+  try {
+    // Duplicate top-level keys would silently keep the last one; the callback sees each key.
+    std::set<std::string> keys;
+    header = json::parse(f.buffer_.begin() + 8,
+                         f.buffer_.begin() + static_cast<std::ptrdiff_t>(f.data_start_),
+                         [&](int depth, json::parse_event_t event, json& parsed) {
+                           if (depth == 1 && event == json::parse_event_t::key &&
+                               !keys.insert(parsed.get<std::string>()).second && duplicate.empty())
+                             duplicate = parsed.get<std::string>();
+                           return true;
+                         });
+  } catch (const json::exception& e) {
+    throw FormatError(detail::concat(path, ": header is not valid JSON: ", e.what()));
+  }
+  ATTN_CHECK(duplicate.empty(), FormatError, path, ": tensor name '", duplicate,
+             "' appears twice in the header");
+  ATTN_CHECK(header.is_object(), FormatError, path, ": header is not a JSON object");
+
+  struct Span {
+    std::size_t begin, end;
+    const std::string* name;
+  };
+  std::vector<Span> spans;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      ATTN_CHECK(v.is_object(), FormatError, path, ": __metadata__ must be an object of strings");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        ATTN_CHECK(m.value().is_string(), FormatError, path, ": __metadata__ value of '", m.key(),
+                   "' is not a string");
+        f.metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    ATTN_CHECK(v.is_object(), FormatError, path, ": tensor ", name, ": entry is not an object");
+    ATTN_CHECK(v.contains("dtype") && v["dtype"].is_string(), FormatError, path, ": tensor ", name,
+               ": missing or non-string \"dtype\"");
+    ATTN_CHECK(v.contains("shape") && v["shape"].is_array(), FormatError, path, ": tensor ", name,
+               ": missing or non-array \"shape\"");
+    ATTN_CHECK(v.contains("data_offsets") && v["data_offsets"].is_array() &&
+                   v["data_offsets"].size() == 2 && v["data_offsets"][0].is_number_unsigned() &&
+                   v["data_offsets"][1].is_number_unsigned(),
+               FormatError, path, ": tensor ", name,
+               ": \"data_offsets\" must be an array of two non-negative integers");
+    TensorInfo ti{};
+    const std::string dt = v["dtype"].get<std::string>();
+    bool known = false;
+    for (const auto& e : detail::dtype_table())
+      if (dt == e.name) ti.dtype = e.dtype, known = true;
+    ATTN_CHECK(known, FormatError, path, ": tensor ", name, ": unknown dtype \"", dt, "\"");
+    std::size_t numel = 1;
+    bool overflow = false, has_zero = false;
+    for (const json& d : v["shape"]) {
+      ATTN_CHECK(d.is_number_unsigned(), FormatError, path, ": tensor ", name,
+                 ": shape entries must be non-negative integers, got ", d.dump());
+      const auto e = d.get<std::uint64_t>();
+      ATTN_CHECK(e <= static_cast<std::uint64_t>(std::numeric_limits<Index>::max()), FormatError,
+                 path, ": tensor ", name, ": shape extent ", e, " is too large");
+      ti.shape.push_back(static_cast<Index>(e));
+      if (e == 0)
+        has_zero = true;
+      else if (numel > std::numeric_limits<std::size_t>::max() / 8 / e)
+        overflow = true;
+      numel *= static_cast<std::size_t>(e);
+    }
+    if (has_zero) overflow = false, numel = 0;
+    ATTN_CHECK(!overflow, FormatError, path, ": tensor ", name, ": shape ", shape_str(ti.shape),
+               " is too large");
+    const auto b = v["data_offsets"][0].get<std::uint64_t>();
+    const auto e = v["data_offsets"][1].get<std::uint64_t>();
+    ATTN_CHECK(b <= e && e <= data_size, FormatError, path, ": tensor ", name, ": data_offsets [",
+               b, ", ", e, "] are out of bounds of the ", data_size, "-byte data buffer");
+    ti.begin = static_cast<std::size_t>(b);
+    ti.end = static_cast<std::size_t>(e);
+    ATTN_CHECK(numel * dtype_size(ti.dtype) == ti.end - ti.begin, FormatError, path, ": tensor ",
+               name, ": dtype ", ti.dtype, " and shape ", shape_str(ti.shape), " need ",
+               numel * dtype_size(ti.dtype), " bytes, but data_offsets [", b, ", ", e, "] hold ",
+               e - b);
+    f.names_.push_back(name);
+    spans.push_back({ti.begin, ti.end, &f.names_.back()});
+    f.infos_.emplace(name, std::move(ti));
+  }
+  // names_ may have reallocated: re-point the spans at the final strings.
+  for (std::size_t i = 0; i < spans.size(); ++i) spans[i].name = &f.names_[i];
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::size_t expected = 0;
+  const std::string* prev = nullptr;
+  for (const Span& s : spans) {
+    ATTN_CHECK(s.begin == expected, FormatError, path, ": tensor ", *s.name, " starts at byte ",
+               s.begin, " of the data buffer but ",
+               prev ? "the previous tensor " + *prev + " ends at byte "
+                    : std::string("data starts at byte "),
+               expected, s.begin < expected ? " (overlap)" : " (gap)");
+    expected = s.end;
+    prev = s.name;
+  }
+  ATTN_CHECK(expected == data_size, FormatError, path, ": the tensors cover ", expected,
+             " bytes but the data buffer holds ", data_size, " (trailing bytes or truncated file)");
+  return f;
+}
+
+/// Reads and validates the whole file. IOError naming the path if it cannot be read; FormatError
+/// if its content is not a well-formed safetensors file.
+inline SafetensorsFile load_safetensors(const std::string& path) {
+  std::vector<unsigned char> bytes;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ATTN_CHECK(fd >= 0, IOError, "cannot open ", path, ": ", detail::errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const int err = S_ISDIR(st.st_mode) ? EISDIR : errno;
+    ::close(fd);
+    throw IOError(detail::concat("cannot read ", path, ": ",
+                                 err ? detail::errno_text(err) : "not a regular file"));
+  }
+  bytes.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t k = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      const int err = errno;
+      ::close(fd);
+      throw IOError(detail::concat("cannot read ", path, ": ",
+                                   k == 0 ? "file shrank while reading" : detail::errno_text(err)));
+    }
+    got += static_cast<std::size_t>(k);
+  }
+  ::close(fd);
+  return parse_safetensors(std::move(bytes), path);
+}
+
+}  // namespace attn
