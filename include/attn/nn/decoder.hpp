@@ -1,0 +1,298 @@
+// The decoder of the paper (section 3.1): N identical layers, each masked (causal) self-attention,
+// cross-attention over the encoder output ("memory") and a feed-forward sublayer, with a residual
+// connection around each.
+//
+//   post-norm (the paper):  y = norm1(y + dropout1(self_attn(y)))           causal + tgt padding
+//                           y = norm2(y + dropout2(multihead_attn(y, mem)))  memory padding
+//                           y = norm3(y + dropout3(ffn(y)))
+//   pre-norm (option):      y = y + dropout1(self_attn(norm1(y))), and so on for 2 and 3.
+//
+// Names as torch.nn.TransformerDecoderLayer / TransformerDecoder: "self_attn", "multihead_attn",
+// "linear1", "linear2", "norm1".."norm3"; "layers.{i}.", "norm.".
+//
+// Incremental decoding (forward_step) feeds one target position per call and caches every layer's
+// self-attention keys and values and its projected memory; it is inference only (dropout is not
+// applied whatever the mode, and there is no backward) and gives the same outputs as the full
+// causal forward.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/nn/encoder.hpp"
+#include "attn/nn/kv_cache.hpp"
+
+namespace attn {
+
+/// What one decoder layer caches while decoding: its self-attention keys and values, growing by
+/// one position per step, and its cross-attention projection of the memory, made once.
+template <class T>
+struct DecoderLayerCache {
+  KVCache<T> self;
+  KVCache<T> cross;
+
+  void allocate(Index batch, Index max_len, Index d_model) {
+    self.allocate(batch, max_len, d_model);
+    cross.clear();
+  }
+  void clear() {
+    self.clear();
+    cross.clear();
+  }
+};
+
+/// The caches of a decoder stack, one per layer. allocate() once per batch size and maximum
+/// output length; clear() between batches of the same sizes.
+template <class T>
+struct DecoderCache {
+  std::vector<DecoderLayerCache<T>> layers;
+
+  void allocate(Index num_layers, Index batch, Index max_len, Index d_model) {
+    layers.resize(static_cast<std::size_t>(num_layers));
+    for (auto& l : layers) l.allocate(batch, max_len, d_model);
+  }
+  void clear() {
+    for (auto& l : layers) l.clear();
+  }
+  /// Target positions decoded so far.
+  Index length() const { return layers.empty() ? 0 : layers.front().self.length; }
+};
+
+template <class T>
+class DecoderLayer : public Module<T> {
+ public:
+  explicit DecoderLayer(const LayerOptions& options)
+      : options_(detail::validated(options)),
+        self_attn(options.d_model, options.heads, options.attention_dropout,
+                  options.use_fast_kernel),
+        multihead_attn(options.d_model, options.heads, options.attention_dropout,
+                       options.use_fast_kernel),
+        ffn(options.d_model, options.d_ff, options.relu_dropout),
+        norm1(options.d_model, options.layer_norm_eps),
+        norm2(options.d_model, options.layer_norm_eps),
+        norm3(options.d_model, options.layer_norm_eps),
+        dropout1(options.dropout),
+        dropout2(options.dropout),
+        dropout3(options.dropout) {
+    self_mask_.causal = true;
+    this->register_module("self_attn", &self_attn);
+    this->register_module("multihead_attn", &multihead_attn);
+    this->register_module("", &ffn);  // "linear1.*", "linear2.*" directly in the layer, as torch
+    this->register_module("norm1", &norm1);
+    this->register_module("norm2", &norm2);
+    this->register_module("norm3", &norm3);
+    this->register_module("dropout1", &dropout1);
+    this->register_module("dropout2", &dropout2);
+    this->register_module("dropout3", &dropout3);
+  }
+
+  void reset_parameters(Rng& rng) {
+    self_attn.reset_parameters(rng);
+    multihead_attn.reset_parameters(rng);
+    ffn.reset_parameters(rng);
+    norm1.reset_parameters(rng);
+    norm2.reset_parameters(rng);
+    norm3.reset_parameters(rng);
+  }
+
+  /// y [B, T, D], memory [B, S, D] -> [B, T, D]. Self-attention is causal and skips the padding of
+  /// `tgt_padding` ([B, T] or empty); cross-attention skips that of `memory_padding` ([B, S]).
+  const Tensor<T>& forward(const Tensor<T>& y, const Tensor<T>& memory,
+                           const KeyPaddingMask& tgt_padding,
+                           const KeyPaddingMask& memory_padding) {
+    detail::check_activation(y, options_.d_model, "DecoderLayer", "y");
+    detail::check_activation(memory, options_.d_model, "DecoderLayer", "memory", y.size(0));
+    self_mask_.key_padding = tgt_padding;
+    cross_mask_.key_padding = memory_padding;
+    if (!options_.norm_first) {
+      detail::add_into(sum1_, y, dropout1.forward(self_attn.forward_self(y, self_mask_)));
+      const Tensor<T>& h1 = norm1.forward(sum1_);
+      detail::add_into(sum2_, h1,
+                       dropout2.forward(multihead_attn.forward_cross(h1, memory, cross_mask_)));
+      const Tensor<T>& h2 = norm2.forward(sum2_);
+      detail::add_into(sum3_, h2, dropout3.forward(ffn.forward(h2)));
+      return norm3.forward(sum3_);
+    }
+    detail::add_into(sum1_, y,
+                     dropout1.forward(self_attn.forward_self(norm1.forward(y), self_mask_)));
+    detail::add_into(
+        sum2_, sum1_,
+        dropout2.forward(multihead_attn.forward_cross(norm2.forward(sum1_), memory, cross_mask_)));
+    detail::add_into(sum3_, sum2_, dropout3.forward(ffn.forward(norm3.forward(sum2_))));
+    return sum3_;
+  }
+
+  /// dy [B, T, D] -> dy_in [B, T, D]; the memory's gradient is dmemory(). Accumulates every
+  /// parameter gradient.
+  const Tensor<T>& backward(const Tensor<T>& dy) {
+    ATTN_CHECK(dy.shape() == sum3_.shape(), ShapeError,
+               "DecoderLayer::backward: expected dy of shape ", sum3_.shape(), ", got ",
+               dy.shape());
+    if (!options_.norm_first) {
+      const Tensor<T>& ds3 = norm3.backward(dy);
+      detail::add_into(dh2_, ds3, ffn.backward(dropout3.backward(ds3)));
+      const Tensor<T>& ds2 = norm2.backward(dh2_);
+      detail::add_into(dh1_, ds2, multihead_attn.backward(dropout2.backward(ds2)));
+      const Tensor<T>& ds1 = norm1.backward(dh1_);
+      detail::add_into(dy_, ds1, self_attn.backward(dropout1.backward(ds1)));
+      return dy_;
+    }
+    // y3 = s2 + drop(ffn(norm3(s2))): ds2 = dy + norm3'(ffn'(dy)); likewise down the stack.
+    detail::add_into(dh2_, dy, norm3.backward(ffn.backward(dropout3.backward(dy))));
+    detail::add_into(dh1_, dh2_, norm2.backward(multihead_attn.backward(dropout2.backward(dh2_))));
+    detail::add_into(dy_, dh1_, norm1.backward(self_attn.backward(dropout1.backward(dh1_))));
+    return dy_;
+  }
+
+  /// Gradient of the memory [B, S, D] from the last backward (overwritten by each).
+  const Tensor<T>& dmemory() const { return multihead_attn.dmemory(); }
+
+  /// One decoding step: y_t [B, 1, D], the newest target position -> [B, 1, D]. `cache` must be
+  /// allocated for B and the maximum length; the memory is projected on the first step after
+  /// allocate()/clear() and reused after. Inference only: no dropout, no backward.
+  const Tensor<T>& forward_step(const Tensor<T>& y_t, const Tensor<T>& memory,
+                                const KeyPaddingMask& memory_padding, DecoderLayerCache<T>& cache) {
+    detail::check_activation(y_t, options_.d_model, "DecoderLayer::forward_step", "y_t");
+    detail::check_activation(memory, options_.d_model, "DecoderLayer::forward_step", "memory",
+                             y_t.size(0));
+    cross_mask_.key_padding = memory_padding;
+    if (!options_.norm_first) {
+      detail::add_into(sum1_, y_t, self_attn.forward_self_step(y_t, cache.self));
+      const Tensor<T>& h1 = norm1.forward(sum1_);
+      detail::add_into(sum2_, h1,
+                       multihead_attn.forward_cross_cached(h1, memory, cache.cross, cross_mask_));
+      const Tensor<T>& h2 = norm2.forward(sum2_);
+      detail::add_into(sum3_, h2, ffn_step(h2));
+      return norm3.forward(sum3_);
+    }
+    detail::add_into(sum1_, y_t, self_attn.forward_self_step(norm1.forward(y_t), cache.self));
+    detail::add_into(sum2_, sum1_,
+                     multihead_attn.forward_cross_cached(norm2.forward(sum1_), memory, cache.cross,
+                                                         cross_mask_));
+    detail::add_into(sum3_, sum2_, ffn_step(norm3.forward(sum2_)));
+    return sum3_;
+  }
+
+  const LayerOptions& options() const { return options_; }
+
+ private:
+  /// The feed-forward without its ReLU dropout: steps are inference, whatever the mode.
+  const Tensor<T>& ffn_step(const Tensor<T>& x) {
+    const bool training = ffn.is_training();
+    if (training) ffn.eval();
+    const Tensor<T>& out = ffn.forward(x);
+    if (training) ffn.train();
+    return out;
+  }
+
+  LayerOptions options_;
+
+ public:
+  MultiHeadAttention<T> self_attn;       // causal, over the target
+  MultiHeadAttention<T> multihead_attn;  // queries from the target, keys and values from memory
+  FeedForward<T> ffn;                    // "linear1", "linear2"
+  LayerNorm<T> norm1, norm2, norm3;
+  Dropout<T> dropout1, dropout2, dropout3;
+
+ private:
+  AttentionMask<T> self_mask_;    // causal + tgt padding of the last forward
+  AttentionMask<T> cross_mask_;   // memory padding of the last forward
+  Tensor<T> sum1_, sum2_, sum3_;  // [B, T, D] residual sums (pre-norm: sum3_ is the output)
+  Tensor<T> dh1_, dh2_;           // [B, T, D] gradients between sublayers
+  Tensor<T> dy_;                  // [B, T, D] input-gradient buffer
+};
+
+/// N decoder layers, and a final LayerNorm when `final_norm` (pre-norm stacks need one).
+template <class T>
+class Decoder : public Module<T> {
+ public:
+  Decoder(const LayerOptions& options, Index num_layers, bool final_norm)
+      : options_(detail::validated(options)) {
+    ATTN_CHECK(num_layers > 0, ConfigError, "Decoder: num_layers must be > 0, got ", num_layers);
+    for (Index i = 0; i < num_layers; ++i) {
+      layers.push_back(std::make_unique<DecoderLayer<T>>(options));
+      this->register_module("layers." + std::to_string(i), layers.back().get());
+    }
+    if (final_norm) {
+      norm = std::make_unique<LayerNorm<T>>(options.d_model, options.layer_norm_eps);
+      this->register_module("norm", norm.get());
+    }
+  }
+
+  void reset_parameters(Rng& rng) {
+    for (auto& layer : layers) layer->reset_parameters(rng);
+    if (norm) norm->reset_parameters(rng);
+  }
+
+  /// y [B, T, D], memory [B, S, D] -> [B, T, D].
+  const Tensor<T>& forward(const Tensor<T>& y, const Tensor<T>& memory,
+                           const KeyPaddingMask& tgt_padding,
+                           const KeyPaddingMask& memory_padding) {
+    const Tensor<T>* h = &y;
+    for (auto& layer : layers) h = &layer->forward(*h, memory, tgt_padding, memory_padding);
+    return norm ? norm->forward(*h) : *h;
+  }
+
+  /// dy [B, T, D] -> dy_in [B, T, D]; dmemory() is the sum of every layer's memory gradient.
+  const Tensor<T>& backward(const Tensor<T>& dy) {
+    const Tensor<T>* d = norm ? &norm->backward(dy) : &dy;
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+      d = &(*it)->backward(*d);
+      const Tensor<T>& dm = (*it)->dmemory();
+      if (it == layers.rbegin()) {
+        dmemory_.resize(dm.shape());
+        dmemory_.vector() = dm.vector();
+      } else {
+        dmemory_.vector() += dm.vector();
+      }
+    }
+    return *d;
+  }
+
+  /// Gradient of the memory [B, S, D] summed over the layers, from the last backward.
+  const Tensor<T>& dmemory() const {
+    ATTN_CHECK(dmemory_.rank() == 3, Error, "Decoder::dmemory: needs forward and backward first");
+    return dmemory_;
+  }
+
+  /// A cache for decoding `batch` rows of up to `max_len` positions.
+  DecoderCache<T> make_cache(Index batch, Index max_len) const {
+    DecoderCache<T> cache;
+    cache.allocate(num_layers(), batch, max_len, options_.d_model);
+    return cache;
+  }
+
+  /// One decoding step through every layer: y_t [B, 1, D] -> [B, 1, D] (final norm included).
+  const Tensor<T>& forward_step(const Tensor<T>& y_t, const Tensor<T>& memory,
+                                const KeyPaddingMask& memory_padding, DecoderCache<T>& cache) {
+    ATTN_CHECK(static_cast<Index>(cache.layers.size()) == num_layers(), ShapeError,
+               "Decoder::forward_step: expected a cache of ", num_layers(), " layers, got ",
+               cache.layers.size());
+    const Tensor<T>* h = &y_t;
+    for (std::size_t i = 0; i < layers.size(); ++i)
+      h = &layers[i]->forward_step(*h, memory, memory_padding, cache.layers[i]);
+    return norm ? norm->forward(*h) : *h;
+  }
+
+  /// Makes every layer keep its self- and cross-attention weights: layers[i]->self_attn and
+  /// layers[i]->multihead_attn .attention_weights().
+  void keep_attention_weights(bool keep) {
+    for (auto& layer : layers) {
+      layer->self_attn.keep_attention_weights(keep);
+      layer->multihead_attn.keep_attention_weights(keep);
+    }
+  }
+
+  const LayerOptions& options() const { return options_; }
+  Index num_layers() const { return static_cast<Index>(layers.size()); }
+
+  std::vector<std::unique_ptr<DecoderLayer<T>>> layers;
+  std::unique_ptr<LayerNorm<T>> norm;  // null unless final_norm
+
+ private:
+  LayerOptions options_;
+  Tensor<T> dmemory_;  // [B, S, D] sum of the layers' memory gradients
+};
+
+}  // namespace attn

@@ -1,0 +1,485 @@
+// EncoderLayer, DecoderLayer, Encoder and Decoder: gradients against central differences (post-
+// and pre-norm, naive and fast kernels, masks, training-mode dropout), PyTorch golden outputs and
+// gradients loaded by state_dict name, incremental decoding against the full causal forward,
+// attention weights of every layer, and the error paths.
+#include "golden/golden.hpp"
+#include "gradcheck.hpp"
+#include "pch.hpp"
+
+#include <attn/nn/decoder.hpp>
+#include <attn/nn/encoder.hpp>
+
+namespace attn {
+namespace {
+
+using testing::randn;
+
+constexpr Index D = 8, H = 2, F = 12;
+
+LayerOptions tiny(bool norm_first, bool fast, double dropout = 0.0) {
+  LayerOptions o;
+  o.d_model = D;
+  o.heads = H;
+  o.d_ff = F;
+  o.dropout = dropout;
+  o.attention_dropout = dropout / 2;
+  o.relu_dropout = dropout / 2;
+  o.norm_first = norm_first;
+  o.use_fast_kernel = fast;
+  return o;
+}
+
+/// Every parameter, LayerNorm included, drawn from N(0, 0.5^2): no symmetric initial values that
+/// could hide a wrong gradient.
+void randomize(Module<double>& m, std::uint64_t seed) {
+  Rng rng(seed);
+  for (auto& p : m.parameters()) fill_normal(p.value, rng, 0.0, 0.5);
+}
+
+/// The same values in every parameter of `to` as in `from` (same architecture).
+void copy_parameters(const Module<double>& from, Module<double>& to) {
+  auto a = from.parameters();
+  auto b = to.parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].name, b[i].name);
+    std::copy(a[i].value.begin(), a[i].value.end(), b[i].value.begin());
+  }
+}
+
+std::string message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gradient checks over (norm_first, fast kernel).
+
+class LayerGrad : public ::testing::TestWithParam<std::tuple<bool, bool>> {
+ protected:
+  // Thousands of tiny forwards: one thread, so that an OpenMP team per kernel call on a busy
+  // machine does not dominate. NaiveAndFastKernelsAgree runs the threaded path.
+  void SetUp() override {
+    threads_ = num_threads();
+    set_num_threads(1);
+  }
+  void TearDown() override { set_num_threads(threads_); }
+  int threads_ = 1;
+
+  bool norm_first() const { return std::get<0>(GetParam()); }
+  bool fast() const { return std::get<1>(GetParam()); }
+};
+
+TEST_P(LayerGrad, EncoderLayer) {
+  EncoderLayer<double> layer(tiny(norm_first(), fast()));
+  randomize(layer, 1);
+  Tensor<double> x = randn({2, 4, D}, 2);
+  // Batch row 1 is all padding: its attention contributes only out_proj's bias.
+  for (const auto& pad :
+       {KeyPaddingMask::from_lengths({4, 2}, 4), KeyPaddingMask::from_lengths({3, 0}, 4)}) {
+    auto res = testing::check_module(
+        layer, {{"x", x}}, [&] { return layer.forward(x, pad); },
+        [&](const Tensor<double>& dy) { return std::vector<Tensor<double>>{layer.backward(dy)}; });
+    EXPECT_GRADIENTS_MATCH(res);
+    EXPECT_EQ(res.checked, x.numel() + layer.num_parameters());
+  }
+}
+
+TEST_P(LayerGrad, DecoderLayer) {
+  DecoderLayer<double> layer(tiny(norm_first(), fast()));
+  randomize(layer, 3);
+  Tensor<double> y = randn({2, 3, D}, 4), memory = randn({2, 4, D}, 5);
+  const auto tgt = KeyPaddingMask::from_lengths({3, 2}, 3);
+  for (const auto& mem : {KeyPaddingMask::from_lengths({4, 1}, 4),
+                          KeyPaddingMask::from_lengths({0, 3}, 4), KeyPaddingMask()}) {
+    auto res = testing::check_module(
+        layer, {{"y", y}, {"memory", memory}}, [&] { return layer.forward(y, memory, tgt, mem); },
+        [&](const Tensor<double>& dy) {
+          const Tensor<double>& dy_in = layer.backward(dy);
+          return std::vector<Tensor<double>>{dy_in, layer.dmemory()};
+        });
+    EXPECT_GRADIENTS_MATCH(res);
+    EXPECT_EQ(res.checked, y.numel() + memory.numel() + layer.num_parameters());
+  }
+}
+
+TEST_P(LayerGrad, EncoderStack) {
+  Encoder<double> enc(tiny(norm_first(), fast()), 2, /*final_norm=*/norm_first());
+  randomize(enc, 6);
+  Tensor<double> x = randn({2, 3, D}, 7);
+  const auto pad = KeyPaddingMask::from_lengths({3, 2}, 3);
+  auto res = testing::check_module(
+      enc, {{"x", x}}, [&] { return enc.forward(x, pad); },
+      [&](const Tensor<double>& dy) { return std::vector<Tensor<double>>{enc.backward(dy)}; });
+  EXPECT_GRADIENTS_MATCH(res);
+  EXPECT_EQ(res.checked, x.numel() + enc.num_parameters());
+}
+
+TEST_P(LayerGrad, DecoderStack) {
+  Decoder<double> dec(tiny(norm_first(), fast()), 2, /*final_norm=*/norm_first());
+  randomize(dec, 8);
+  Tensor<double> y = randn({2, 3, D}, 9), memory = randn({2, 4, D}, 10);
+  const auto tgt = KeyPaddingMask::from_lengths({2, 3}, 3);
+  const auto mem = KeyPaddingMask::from_lengths({4, 2}, 4);
+  auto res = testing::check_module(
+      dec, {{"y", y}, {"memory", memory}}, [&] { return dec.forward(y, memory, tgt, mem); },
+      [&](const Tensor<double>& dy) {
+        const Tensor<double>& dy_in = dec.backward(dy);
+        return std::vector<Tensor<double>>{dy_in, dec.dmemory()};
+      });
+  EXPECT_GRADIENTS_MATCH(res);
+  EXPECT_EQ(res.checked, y.numel() + memory.numel() + dec.num_parameters());
+}
+
+TEST_P(LayerGrad, TrainingModeDropoutGradients) {
+  // Sublayer, attention and ReLU dropout all on; resetting the shared counter inside the loss
+  // makes every forward draw the same masks, so central differences see one function.
+  auto state = std::make_shared<RandomState>();
+  state->seed = 99;
+  EncoderLayer<double> enc(tiny(norm_first(), fast(), 0.3));
+  DecoderLayer<double> dec(tiny(norm_first(), fast(), 0.3));
+  randomize(enc, 11);
+  randomize(dec, 12);
+  enc.set_random_state(state);
+  dec.set_random_state(state);
+  enc.train();
+  dec.train();
+  Tensor<double> x = randn({2, 3, D}, 13), memory = randn({2, 4, D}, 14);
+  const auto src = KeyPaddingMask::from_lengths({3, 2}, 3);
+  auto res = testing::check_module(
+      enc, {{"x", x}},
+      [&] {
+        state->counter = 0;
+        return enc.forward(x, src);
+      },
+      [&](const Tensor<double>& dy) { return std::vector<Tensor<double>>{enc.backward(dy)}; });
+  EXPECT_GRADIENTS_MATCH(res);
+  const auto mem = KeyPaddingMask::from_lengths({4, 3}, 4);
+  res = testing::check_module(
+      dec, {{"y", x}, {"memory", memory}},
+      [&] {
+        state->counter = 0;
+        return dec.forward(x, memory, KeyPaddingMask(), mem);
+      },
+      [&](const Tensor<double>& dy) {
+        const Tensor<double>& dy_in = dec.backward(dy);
+        return std::vector<Tensor<double>>{dy_in, dec.dmemory()};
+      });
+  EXPECT_GRADIENTS_MATCH(res);
+  // Six dropout draws per decoder forward (3 sublayers, 2 attentions, 1 ReLU), and they matter.
+  state->counter = 0;
+  Tensor<double> train_out = dec.forward(x, memory, KeyPaddingMask(), mem).clone();
+  EXPECT_EQ(state->counter, 6u);
+  dec.eval();
+  EXPECT_GT(testing::max_abs_diff(train_out, dec.forward(x, memory, KeyPaddingMask(), mem)), 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(PostPreNaiveFast, LayerGrad,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, bool>>& i) {
+                           return std::string(std::get<0>(i.param) ? "pre" : "post") + "_" +
+                                  (std::get<1>(i.param) ? "fast" : "naive");
+                         });
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(EncoderDecoder, NaiveAndFastKernelsAgree) {
+  for (bool norm_first : {false, true}) {
+    SCOPED_TRACE(norm_first ? "pre-norm" : "post-norm");
+    Encoder<double> enc_n(tiny(norm_first, false), 2, true), enc_f(tiny(norm_first, true), 2, true);
+    Decoder<double> dec_n(tiny(norm_first, false), 2, true), dec_f(tiny(norm_first, true), 2, true);
+    randomize(enc_n, 21);
+    randomize(dec_n, 22);
+    copy_parameters(enc_n, enc_f);
+    copy_parameters(dec_n, dec_f);
+    Tensor<double> x = randn({3, 5, D}, 23), y = randn({3, 4, D}, 24), dy = randn({3, 4, D}, 25);
+    const auto src = KeyPaddingMask::from_lengths({5, 1, 3}, 5);
+    const auto tgt = KeyPaddingMask::from_lengths({4, 4, 2}, 4);
+    auto run = [&](Encoder<double>& enc, Decoder<double>& dec) {
+      enc.zero_grad();
+      dec.zero_grad();
+      const Tensor<double>& memory = enc.forward(x, src);
+      Tensor<double> out = dec.forward(y, memory, tgt, src).clone();
+      Tensor<double> dy_in = dec.backward(dy).clone();
+      Tensor<double> dx = enc.backward(dec.dmemory()).clone();
+      return std::make_tuple(out, dy_in, dx);
+    };
+    auto [out_n, dyin_n, dx_n] = run(enc_n, dec_n);
+    auto [out_f, dyin_f, dx_f] = run(enc_f, dec_f);
+    EXPECT_LT(testing::max_abs_diff(out_n, out_f), 1e-12);
+    EXPECT_LT(testing::max_abs_diff(dyin_n, dyin_f), 1e-12);
+    EXPECT_LT(testing::max_abs_diff(dx_n, dx_f), 1e-12);
+    auto pn = enc_n.parameters(), pf = enc_f.parameters();
+    for (std::size_t i = 0; i < pn.size(); ++i)
+      EXPECT_LT(testing::max_abs_diff(pn[i].grad, pf[i].grad), 1e-12) << pn[i].name;
+    pn = dec_n.parameters();
+    pf = dec_f.parameters();
+    for (std::size_t i = 0; i < pn.size(); ++i)
+      EXPECT_LT(testing::max_abs_diff(pn[i].grad, pf[i].grad), 1e-12) << pn[i].name;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PyTorch golden: torch's state_dict loads by name into parameters(), outputs and gradients match.
+
+const std::vector<std::string> kGoldenInputs = {
+    "x", "y", "memory", "src_lengths", "tgt_lengths", "memory_lengths", "R", "out"};
+
+template <class M>
+void expect_parameter_gradients_match(const M& m, const testing::GoldenFile& g) {
+  for (const auto& p : m.parameters())
+    EXPECT_LT(testing::max_abs_diff(p.grad, g["grad." + p.name]), 1e-11) << p.name;
+}
+
+template <class M>
+void golden_encoder(M& m, const std::string& file) {
+  SCOPED_TRACE(file);
+  testing::GoldenFile g(file);
+  EXPECT_EQ(testing::load_state_dict(m, g, kGoldenInputs).size(), m.parameters().size());
+  const Tensor<double>& x = g["x"];
+  const auto pad = KeyPaddingMask::from_lengths(g.lengths("src_lengths"), x.size(1));
+  m.zero_grad();
+  EXPECT_LT(testing::max_abs_diff(m.forward(x, pad), g["out"]), 1e-12);
+  EXPECT_LT(testing::max_abs_diff(m.backward(g["R"]), g["grad.x"]), 1e-11);
+  expect_parameter_gradients_match(m, g);
+}
+
+template <class M>
+void golden_decoder(M& m, const std::string& file) {
+  SCOPED_TRACE(file);
+  testing::GoldenFile g(file);
+  EXPECT_EQ(testing::load_state_dict(m, g, kGoldenInputs).size(), m.parameters().size());
+  const Tensor<double>& y = g["y"];
+  const Tensor<double>& memory = g["memory"];
+  const auto tgt = KeyPaddingMask::from_lengths(g.lengths("tgt_lengths"), y.size(1));
+  const auto mem = KeyPaddingMask::from_lengths(g.lengths("memory_lengths"), memory.size(1));
+  m.zero_grad();
+  EXPECT_LT(testing::max_abs_diff(m.forward(y, memory, tgt, mem), g["out"]), 1e-12);
+  EXPECT_LT(testing::max_abs_diff(m.backward(g["R"]), g["grad.y"]), 1e-11);
+  EXPECT_LT(testing::max_abs_diff(m.dmemory(), g["grad.memory"]), 1e-11);
+  expect_parameter_gradients_match(m, g);
+}
+
+TEST(EncoderDecoder, MatchesPyTorchLayers) {
+  for (bool fast : {false, true})
+    for (bool norm_first : {false, true}) {
+      const std::string tag = norm_first ? "pre" : "post";
+      EncoderLayer<double> enc(tiny(norm_first, fast));
+      golden_encoder(enc, "encoder_layer_" + tag + ".txt");
+      DecoderLayer<double> dec(tiny(norm_first, fast));
+      golden_decoder(dec, "decoder_layer_" + tag + ".txt");
+    }
+}
+
+TEST(EncoderDecoder, MatchesPyTorchStacks) {
+  for (bool fast : {false, true})
+    for (bool norm_first : {false, true}) {
+      const std::string tag = norm_first ? "pre" : "post";
+      Encoder<double> enc(tiny(norm_first, fast), 2, /*final_norm=*/false);
+      golden_encoder(enc, "encoder_" + tag + ".txt");
+      Decoder<double> dec(tiny(norm_first, fast), 2, /*final_norm=*/false);
+      golden_decoder(dec, "decoder_" + tag + ".txt");
+    }
+}
+
+TEST(EncoderDecoder, ParameterNamesFollowTorch) {
+  Encoder<float> enc(tiny(true, true), 2, true);
+  std::vector<std::string> names;
+  for (const auto& p : enc.parameters()) names.push_back(p.name);
+  const std::vector<std::string> layer = {"self_attn.in_proj_weight",
+                                          "self_attn.in_proj_bias",
+                                          "self_attn.out_proj.weight",
+                                          "self_attn.out_proj.bias",
+                                          "linear1.weight",
+                                          "linear1.bias",
+                                          "linear2.weight",
+                                          "linear2.bias",
+                                          "norm1.weight",
+                                          "norm1.bias",
+                                          "norm2.weight",
+                                          "norm2.bias"};
+  std::vector<std::string> expected;
+  for (int i = 0; i < 2; ++i)
+    for (const auto& n : layer) expected.push_back("layers." + std::to_string(i) + "." + n);
+  expected.push_back("norm.weight");
+  expected.push_back("norm.bias");
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(Encoder<float>(tiny(false, true), 2, false).parameters().size(), 24u);
+  EXPECT_EQ(DecoderLayer<float>(tiny(false, true)).parameters().size(), 18u);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(EncoderDecoder, IncrementalDecodingEqualsFullCausalForward) {
+  for (bool norm_first : {false, true}) {
+    SCOPED_TRACE(norm_first ? "pre-norm" : "post-norm");
+    // Dropout > 0 and training mode on purpose: steps never drop, so compare with eval.
+    Decoder<double> dec(tiny(norm_first, true, 0.2), 2, /*final_norm=*/true);
+    randomize(dec, 31);
+    const Index B = 2, T = 5, S = 4;
+    Tensor<double> y = randn({B, T, D}, 32), memory = randn({B, S, D}, 33);
+    const auto mem = KeyPaddingMask::from_lengths({4, 2}, S);
+    dec.eval();
+    Tensor<double> full = dec.forward(y, memory, KeyPaddingMask(), mem).clone();
+    dec.train();
+    DecoderCache<double> cache = dec.make_cache(B, T);
+    const double* storage = cache.layers[1].self.keys.data();
+    Tensor<double> yt({B, 1, D});
+    for (int pass = 0; pass < 2; ++pass) {  // the second pass reuses the cleared cache
+      for (Index t = 0; t < T; ++t) {
+        for (Index b = 0; b < B; ++b)
+          for (Index d = 0; d < D; ++d) yt(b, 0, d) = y(b, t, d);
+        const Tensor<double>& out = dec.forward_step(yt, memory, mem, cache);
+        EXPECT_EQ(cache.length(), t + 1);
+        for (Index b = 0; b < B; ++b)
+          for (Index d = 0; d < D; ++d) EXPECT_NEAR(out(b, 0, d), full(b, t, d), 1e-12);
+      }
+      cache.clear();
+    }
+    EXPECT_EQ(cache.layers[1].self.keys.data(), storage);
+    EXPECT_TRUE(dec.is_training());
+  }
+}
+
+TEST(EncoderDecoder, AttentionWeightsOfEveryLayerAndHead) {
+  Encoder<double> enc(tiny(false, true), 2, false);
+  Decoder<double> dec(tiny(false, true), 2, false);
+  randomize(enc, 41);
+  randomize(dec, 42);
+  enc.keep_attention_weights(true);
+  dec.keep_attention_weights(true);
+  const Index B = 2, S = 4, T = 3;
+  const auto src = KeyPaddingMask::from_lengths({4, 3}, S);
+  const Tensor<double>& memory = enc.forward(randn({B, S, D}, 43), src);
+  dec.forward(randn({B, T, D}, 44), memory, KeyPaddingMask(), src);
+  for (Index i = 0; i < 2; ++i) {
+    const Tensor<double>& es = enc.layers[i]->self_attn.attention_weights();
+    const Tensor<double>& ds = dec.layers[i]->self_attn.attention_weights();
+    const Tensor<double>& dc = dec.layers[i]->multihead_attn.attention_weights();
+    ASSERT_EQ(es.shape(), Shape({B, H, S, S}));
+    ASSERT_EQ(ds.shape(), Shape({B, H, T, T}));
+    ASSERT_EQ(dc.shape(), Shape({B, H, T, S}));
+    for (Index h = 0; h < H; ++h) {
+      for (Index t = 0; t < S; ++t) EXPECT_EQ(es(1, h, t, 3), 0.0);  // source padding
+      for (Index t = 0; t < T; ++t) {
+        double sum_self = 0, sum_cross = 0;
+        for (Index s = 0; s < T; ++s) {
+          sum_self += ds(0, h, t, s);
+          if (s > t) {
+            EXPECT_EQ(ds(0, h, t, s), 0.0);  // causal
+          }
+        }
+        for (Index s = 0; s < S; ++s) sum_cross += dc(1, h, t, s);
+        EXPECT_EQ(dc(1, h, t, 3), 0.0);  // memory padding
+        EXPECT_NEAR(sum_self, 1.0, 1e-14);
+        EXPECT_NEAR(sum_cross, 1.0, 1e-14);
+      }
+    }
+  }
+  // The weights of the two layers are not the same tensor.
+  EXPECT_FALSE(enc.layers[0]->self_attn.attention_weights().same_data(
+      enc.layers[1]->self_attn.attention_weights()));
+}
+
+TEST(EncoderDecoder, FloatCompilesAndRuns) {
+  Encoder<float> enc(tiny(true, true), 2, true);
+  Decoder<float> dec(tiny(true, true), 2, true);
+  Rng rng(5);
+  enc.reset_parameters(rng);
+  dec.reset_parameters(rng);
+  Tensor<float> x({2, 3, D}), y({2, 2, D});
+  fill_normal(x, rng, 0, 1);
+  fill_normal(y, rng, 0, 1);
+  const Tensor<float>& memory = enc.forward(x, KeyPaddingMask());
+  const Tensor<float>& out = dec.forward(y, memory, KeyPaddingMask(), KeyPaddingMask());
+  EXPECT_EQ(out.shape(), Shape({2, 2, D}));
+  dec.backward(Tensor<float>::full({2, 2, D}, 1.0f));
+  EXPECT_EQ(enc.backward(dec.dmemory()).shape(), Shape({2, 3, D}));
+  for (float v : out) EXPECT_TRUE(std::isfinite(v));
+}
+
+TEST(EncoderDecoder, RejectsBadOptionsShapesAndMasks) {
+  LayerOptions o = tiny(false, true);
+  o.d_model = 9;
+  EXPECT_EQ(message([&] { o.validate(); }), "d_model (9) must be divisible by heads (2)");
+  o.d_model = 500;
+  o.heads = 8;
+  EXPECT_EQ(message([&] { EncoderLayer<double> l(o); }),
+            "d_model (500) must be divisible by heads (8)");
+  EXPECT_THROW(DecoderLayer<double>{o}, ConfigError);
+  o = tiny(false, true);
+  o.dropout = 1.0;
+  EXPECT_EQ(message([&] { o.validate(); }), "dropout must be in [0, 1), got 1");
+  o = tiny(false, true);
+  o.attention_dropout = -0.1;
+  EXPECT_EQ(message([&] { o.validate(); }), "attention_dropout must be in [0, 1), got -0.1");
+  o = tiny(false, true);
+  o.d_ff = 0;
+  EXPECT_EQ(message([&] { o.validate(); }), "d_ff must be > 0, got 0");
+  o = tiny(false, true);
+  o.layer_norm_eps = 0;
+  EXPECT_THROW(o.validate(), ConfigError);
+  EXPECT_EQ(message([] { Encoder<double>(tiny(false, true), 0, false); }),
+            "Encoder: num_layers must be > 0, got 0");
+  EXPECT_THROW(Decoder<double>(tiny(false, true), 0, false), ConfigError);
+
+  EncoderLayer<double> enc(tiny(false, true));
+  EXPECT_EQ(message([&] {
+              enc.forward(Tensor<double>({2, 3, 5}), KeyPaddingMask());
+            }),
+            "EncoderLayer: expected x [B, L, 8], got [2, 3, 5]");
+  EXPECT_EQ(message([&] {
+              enc.forward(Tensor<double>({2, 3, D}), KeyPaddingMask::from_lengths({1, 2, 3}, 3));
+            }),
+            "KeyPaddingMask: expected [B, S] = [2, 3], got [3, 3]");
+  enc.forward(Tensor<double>({2, 3, D}), KeyPaddingMask());
+  EXPECT_EQ(message([&] {
+              enc.backward(Tensor<double>({2, 4, D}));
+            }),
+            "EncoderLayer::backward: expected dy of shape [2, 3, 8], got [2, 4, 8]");
+
+  DecoderLayer<double> dec(tiny(false, true));
+  const Tensor<double> y({2, 3, D});
+  EXPECT_EQ(message([&] {
+              dec.forward(y, Tensor<double>({3, 4, D}), {}, {});
+            }),
+            "DecoderLayer: expected memory [2, S, 8] (B of the target), got [3, 4, 8]");
+  EXPECT_EQ(
+      message([&] {
+        dec.forward(y, Tensor<double>({2, 4, D}), KeyPaddingMask::from_lengths({3, 3}, 4), {});
+      }),
+      "KeyPaddingMask: expected [B, S] = [2, 3], got [2, 4]");
+  EXPECT_EQ(
+      message([&] {
+        dec.forward(y, Tensor<double>({2, 4, D}), {}, KeyPaddingMask::from_lengths({3, 3}, 3));
+      }),
+      "KeyPaddingMask: expected [B, S] = [2, 4], got [2, 3]");
+  EXPECT_THROW(dec.forward(Tensor<double>({2, 3}), Tensor<double>({2, 4, D}), {}, {}), ShapeError);
+  dec.forward(y, Tensor<double>({2, 4, D}), {}, {});
+  EXPECT_EQ(message([&] {
+              dec.backward(Tensor<double>({2, 2, D}));
+            }),
+            "DecoderLayer::backward: expected dy of shape [2, 3, 8], got [2, 2, 8]");
+
+  Decoder<double> stack(tiny(false, true), 2, false);
+  EXPECT_NE(message([&] { stack.dmemory(); }).find("needs forward and backward"),
+            std::string::npos);
+  DecoderCache<double> wrong = Decoder<double>(tiny(false, true), 3, false).make_cache(2, 4);
+  EXPECT_EQ(message([&] {
+              stack.forward_step(Tensor<double>({2, 1, D}), y, {}, wrong);
+            }),
+            "Decoder::forward_step: expected a cache of 2 layers, got 3");
+  DecoderCache<double> cache = stack.make_cache(2, 1);
+  stack.forward_step(Tensor<double>({2, 1, D}), y, {}, cache);
+  EXPECT_NE(message([&] {
+              stack.forward_step(Tensor<double>({2, 1, D}), y, {}, cache);
+            }).find("cache full, capacity 1"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace attn
