@@ -1,0 +1,169 @@
+// Transformer: the whole encoder-decoder model of the paper (Figure 1).
+//
+//   memory = Encoder(Dropout(src_embed(src) * sqrt(D) + PE))
+//   h      = Decoder(Dropout(tgt_embed(tgt_in) * sqrt(D) + PE), memory)
+//   logits = h W^T                      (pre-softmax projection, W [V, D], no bias)
+//
+// With share_embeddings (the paper's setting) src_embed, tgt_embed and the projection are one
+// matrix, listed once by parameters() as "src_embed.weight"; its gradient is the sum of all three
+// uses. Layer parameters carry torch.nn.Transformer's state_dict names ("encoder.layers.0.
+// self_attn.in_proj_weight", ...). Padding ids (config.pad_id) in the source are never attended;
+// the decoder attends causally and never to target padding.
+#pragma once
+
+#include <memory>
+
+#include "attn/mask.hpp"
+#include "attn/nn/decoder.hpp"
+#include "attn/nn/dropout.hpp"
+#include "attn/nn/embedding.hpp"
+#include "attn/nn/encoder.hpp"
+#include "attn/nn/linear.hpp"
+#include "attn/nn/positional_encoding.hpp"
+#include "attn/nn/transformer_config.hpp"
+
+namespace attn {
+
+template <class T>
+class Transformer : public Module<T> {
+  // Declared first so that it is validated before any member is built from it.
+  TransformerConfig config_;
+
+ public:
+  explicit Transformer(const TransformerConfig& config)
+      : config_(checked(config)),
+        src_embed(config.src_vocab, config.d_model, config.pad_id),
+        tgt_embed(config.tgt_vocab, config.d_model, config.pad_id),
+        encoder(config.layer_options(), config.encoder_layers, config.norm_first),
+        decoder(config.layer_options(), config.decoder_layers, config.norm_first),
+        generator(config.d_model, config.tgt_vocab, /*with_bias=*/false),
+        src_dropout(config.dropout),
+        tgt_dropout(config.dropout),
+        random_state_(std::make_shared<RandomState>()) {
+    this->register_module("src_embed", &src_embed);
+    this->register_module("tgt_embed", &tgt_embed);
+    if (config_.learned_positions) {
+      src_pos_ =
+          std::make_unique<LearnedPositionalEmbedding<T>>(config_.max_positions, config_.d_model);
+      tgt_pos_ =
+          std::make_unique<LearnedPositionalEmbedding<T>>(config_.max_positions, config_.d_model);
+      this->register_module("src_pos", src_pos_.get());
+      this->register_module("tgt_pos", tgt_pos_.get());
+    }
+    this->register_module("encoder", &encoder);
+    this->register_module("decoder", &decoder);
+    this->register_module("generator", &generator);
+    this->register_module("src_dropout", &src_dropout);
+    this->register_module("tgt_dropout", &tgt_dropout);
+    reset_parameters(config_.seed);
+  }
+
+  /// Re-initialises every parameter from `seed` (Xavier for matrices, N(0, D^-1/2) embeddings),
+  /// re-ties shared weights and restarts the dropout stream at (seed, 0).
+  void reset_parameters(std::uint64_t seed) {
+    Rng rng(seed);
+    src_embed.reset_parameters(rng);
+    tgt_embed.reset_parameters(rng);
+    if (src_pos_) {
+      src_pos_->reset_parameters(rng);
+      tgt_pos_->reset_parameters(rng);
+    }
+    encoder.reset_parameters(rng);
+    decoder.reset_parameters(rng);
+    generator.reset_parameters(rng);
+    if (config_.share_embeddings) tgt_embed.weight.tie_to(src_embed.weight);
+    if (config_.share_embeddings || config_.tie_output) generator.weight.tie_to(tgt_embed.weight);
+    random_state_->seed = seed;
+    random_state_->counter = 0;
+    this->set_random_state(random_state_);
+  }
+
+  const TransformerConfig& config() const { return config_; }
+  /// The (seed, counter) every dropout draws from; checkpoints save and restore it.
+  RandomState& random_state() { return *random_state_; }
+
+  /// src [B, S] -> memory [B, S, D]. Keeps the source padding mask for decode().
+  const Tensor<T>& encode(const Tensor<TokenId>& src) {
+    ATTN_CHECK(src.rank() == 2 && src.size(0) > 0 && src.size(1) > 0, ShapeError,
+               "Transformer::encode: expected non-empty source ids [B, S], got ", src.shape());
+    src_padding_ = KeyPaddingMask::from_tokens(src, config_.pad_id);
+    const Tensor<T>& e = src_embed.forward(src);
+    const Tensor<T>& x = src_pos_ ? src_pos_->forward(e) : src_pe_.forward(e);
+    return encoder.forward(src_dropout.forward(x), src_padding_);
+  }
+
+  /// tgt_in [B, T] (BOS + y) over `memory` -> logits [B, T, V]. Call after encode() of the batch.
+  const Tensor<T>& decode(const Tensor<TokenId>& tgt_in, const Tensor<T>& memory) {
+    ATTN_CHECK(tgt_in.rank() == 2 && tgt_in.size(1) > 0, ShapeError,
+               "Transformer::decode: expected non-empty target ids [B, T], got ", tgt_in.shape());
+    ATTN_CHECK(memory.rank() == 3 && memory.size(0) == tgt_in.size(0), ShapeError,
+               "Transformer::decode: expected memory [", tgt_in.size(0), ", S, ", config_.d_model,
+               "] for ", tgt_in.size(0), " target rows, got ", memory.shape());
+    tgt_padding_ = KeyPaddingMask::from_tokens(tgt_in, config_.pad_id);
+    const Tensor<T>& e = tgt_embed.forward(tgt_in);
+    const Tensor<T>& y = tgt_pos_ ? tgt_pos_->forward(e) : tgt_pe_.forward(e);
+    const Tensor<T>& h =
+        decoder.forward(tgt_dropout.forward(y), memory, tgt_padding_, src_padding_);
+    return generator.forward(h);
+  }
+
+  /// The training forward: logits [B, T, V] of tgt_in given src.
+  const Tensor<T>& forward(const Tensor<TokenId>& src, const Tensor<TokenId>& tgt_in) {
+    ATTN_CHECK(src.rank() == 2 && tgt_in.rank() == 2 && src.size(0) == tgt_in.size(0), ShapeError,
+               "Transformer::forward: expected src [B, S] and tgt_in [B, T] with one B, got ",
+               src.shape(), " and ", tgt_in.shape());
+    return decode(tgt_in, encode(src));
+  }
+
+  /// dlogits [B, T, V] -> accumulates every parameter gradient (shared weights get the sum).
+  void backward(const Tensor<T>& dlogits) {
+    const Tensor<T>& dh = generator.backward(dlogits);
+    const Tensor<T>& dy = tgt_dropout.backward(decoder.backward(dh));
+    tgt_embed.backward(tgt_pos_ ? tgt_pos_->backward(dy) : tgt_pe_.backward(dy));
+    const Tensor<T>& dx = src_dropout.backward(encoder.backward(decoder.dmemory()));
+    src_embed.backward(src_pos_ ? src_pos_->backward(dx) : src_pe_.backward(dx));
+  }
+
+  /// Incremental decoding (eval mode): logits [B, 1, V] of the next token after `tokens` [B, 1]
+  /// at position `position`, attending the cached keys/values of earlier steps. encode() must
+  /// have run on the batch whose memory is given.
+  const Tensor<T>& decode_step(const Tensor<TokenId>& tokens, Index position,
+                               const Tensor<T>& memory, DecoderCache<T>& cache) {
+    ATTN_CHECK(tokens.rank() == 2 && tokens.size(1) == 1, ShapeError,
+               "Transformer::decode_step: expected tokens [B, 1], got ", tokens.shape());
+    const Tensor<T>& e = tgt_embed.forward(tokens);
+    const Tensor<T>& y = tgt_pos_ ? tgt_pos_->forward(e, position) : tgt_pe_.forward(e, position);
+    return generator.forward(
+        decoder.forward_step(tgt_dropout.forward(y), memory, src_padding_, cache));
+  }
+
+  /// The source padding mask of the last encode() ([B, S], real tokens attended).
+  const KeyPaddingMask& source_padding() const { return src_padding_; }
+  /// Replaces the source padding mask, for decoding over a memory whose rows were rearranged
+  /// (beam search repeats each source row once per beam).
+  void set_source_padding(KeyPaddingMask mask) { src_padding_ = std::move(mask); }
+
+  Embedding<T> src_embed;  // "src_embed.weight" [V, D]
+  Embedding<T> tgt_embed;  // "tgt_embed.weight" [V, D], tied to src_embed when shared
+  Encoder<T> encoder;      // "encoder.layers.{i}...."
+  Decoder<T> decoder;      // "decoder.layers.{i}...."
+  Linear<T> generator;     // "generator.weight" [V, D], tied to tgt_embed unless untied
+
+ private:
+  static const TransformerConfig& checked(const TransformerConfig& c) {
+    c.validate();
+    return c;
+  }
+
+  SinusoidalPositionalEncoding<T> src_pe_{config_.d_model};
+  SinusoidalPositionalEncoding<T> tgt_pe_{config_.d_model};
+  std::unique_ptr<LearnedPositionalEmbedding<T>> src_pos_;  // only with learned_positions
+  std::unique_ptr<LearnedPositionalEmbedding<T>> tgt_pos_;
+  Dropout<T> src_dropout;  // on embedding + position sums
+  Dropout<T> tgt_dropout;
+  std::shared_ptr<RandomState> random_state_;
+  KeyPaddingMask src_padding_;  // [B, S] of the last encode()
+  KeyPaddingMask tgt_padding_;  // [B, T] of the last decode()
+};
+
+}  // namespace attn

@@ -1,0 +1,231 @@
+// The whole Transformer: parameter counts of the paper's presets, names, weight sharing, a gradient
+// check of every parameter, determinism, bad input, and greedy/beam decoding.
+#include <attn/decode/beam_search.hpp>
+#include <attn/nn/transformer.hpp>
+
+#include "gradcheck.hpp"
+#include "pch.hpp"
+
+namespace attn {
+namespace {
+
+// Closed form: one attention block 4 D^2 + 4 D, one FFN 2 D F + F + D, one LayerNorm 2 D;
+// an encoder layer has one attention, one FFN, two norms; a decoder layer two, one, three; plus
+// one shared V x D embedding.
+Index closed_form_parameters(Index V, Index D, Index F, Index N) {
+  const Index attn = 4 * D * D + 4 * D, ffn = 2 * D * F + F + D, norm = 2 * D;
+  return V * D + N * (attn + ffn + 2 * norm) + N * (2 * attn + ffn + 3 * norm);
+}
+
+TEST(Transformer, BaseAndBigParameterCountsMatchClosedForm) {
+  // The paper's shared vocabulary had about 37,000 tokens; its Table 3 says 65M and 213M.
+  Transformer<float> base(TransformerConfig::base(37000));
+  EXPECT_EQ(base.num_parameters(), closed_form_parameters(37000, 512, 2048, 6));
+  EXPECT_EQ(base.num_parameters(), 63082496);
+  Transformer<float> big(TransformerConfig::big(37000));
+  EXPECT_EQ(big.num_parameters(), closed_form_parameters(37000, 1024, 4096, 6));
+  EXPECT_EQ(big.num_parameters(), 214245376);
+}
+
+TEST(Transformer, ParameterNamesFollowTorchAndSharedWeightsAppearOnce) {
+  Transformer<float> m(TransformerConfig::tiny(50));
+  auto ps = m.parameters();
+  std::map<std::string, Shape> shapes;
+  for (auto& p : ps) shapes[p.name] = p.value.shape();
+  EXPECT_EQ(shapes.count("src_embed.weight"), 1u);
+  EXPECT_EQ(shapes.count("tgt_embed.weight"), 0u);  // tied: listed once
+  EXPECT_EQ(shapes.count("generator.weight"), 0u);
+  EXPECT_EQ(shapes["encoder.layers.0.self_attn.in_proj_weight"], Shape({192, 64}));
+  EXPECT_EQ(shapes["encoder.layers.1.linear1.weight"], Shape({128, 64}));
+  EXPECT_EQ(shapes["decoder.layers.1.multihead_attn.out_proj.weight"], Shape({64, 64}));
+  EXPECT_EQ(shapes["decoder.layers.0.norm3.bias"], Shape({64}));
+  EXPECT_EQ(shapes.count("encoder.norm.weight"), 0u);  // post-norm: no final norm
+  EXPECT_TRUE(m.src_embed.weight.value.same_data(m.generator.weight.value));
+
+  TransformerConfig c = TransformerConfig::tiny(50);
+  c.share_embeddings = false;
+  c.tgt_vocab = 40;
+  c.norm_first = true;
+  c.learned_positions = true;
+  c.max_positions = 32;
+  Transformer<float> u(c);
+  shapes.clear();
+  for (auto& p : u.parameters()) shapes[p.name] = p.value.shape();
+  EXPECT_EQ(shapes["src_embed.weight"], Shape({50, 64}));
+  EXPECT_EQ(shapes["tgt_embed.weight"], Shape({40, 64}));
+  EXPECT_EQ(shapes.count("generator.weight"), 0u);  // tied to tgt_embed by tie_output
+  EXPECT_EQ(shapes["src_pos.weight"], Shape({32, 64}));
+  EXPECT_EQ(shapes["encoder.norm.weight"], Shape({64}));
+  EXPECT_EQ(shapes["decoder.norm.bias"], Shape({64}));
+}
+
+Tensor<TokenId> ids(const Shape& shape, const std::vector<TokenId>& v) {
+  return Tensor<TokenId>::from(shape, v);
+}
+
+// Gradient check of every parameter for L = sum(logits * R), where R is zero on the rows of padding
+// targets, as in the real loss. That makes the padding embedding row a true stop-gradient (its
+// analytic gradient comes only from the tied output projection) and checks that no real position
+// depends on a padding position: source padding is masked as keys, target padding only follows.
+testing::GradCheckResult check_transformer(Transformer<double>& m, const Tensor<TokenId>& src,
+                                           const Tensor<TokenId>& tgt) {
+  const Index V = m.config().tgt_vocab;
+  Tensor<double> r = testing::randn({tgt.size(0), tgt.size(1), V}, 77);
+  for (Index i = 0; i < tgt.numel(); ++i)
+    if (tgt.data()[i] == m.config().pad_id) std::fill_n(r.data() + i * V, V, 0.0);
+  m.zero_grad();
+  m.forward(src, tgt);
+  m.backward(r);
+  std::vector<std::pair<std::string, Tensor<double>>> wrt;
+  std::vector<Tensor<double>> analytic;
+  for (auto& p : m.parameters()) {
+    wrt.emplace_back(p.name, p.value);
+    analytic.push_back(p.grad.clone());
+  }
+  return testing::gradcheck(wrt, analytic, [&] { return testing::dot(m.forward(src, tgt), r); });
+}
+
+TEST(Transformer, GradientsOfEveryParameterIncludingSharedWeights) {
+  for (bool norm_first : {false, true}) {
+    TransformerConfig c = TransformerConfig::tiny(11);
+    c.d_model = 8;
+    c.heads = 2;
+    c.d_ff = 12;
+    c.encoder_layers = c.decoder_layers = 2;
+    c.norm_first = norm_first;
+    Transformer<double> m(c);
+    // Source row 1 and target row 1 end in padding (id 0).
+    auto src = ids({2, 4}, {5, 6, 7, 8, 4, 9, 0, 0});
+    auto tgt = ids({2, 3}, {2, 5, 6, 2, 7, 0});
+    auto res = check_transformer(m, src, tgt);
+    EXPECT_GRADIENTS_MATCH(res) << " norm_first=" << norm_first;
+  }
+}
+
+TEST(Transformer, GradientsWithUntiedLearnedPositions) {
+  TransformerConfig c = TransformerConfig::tiny(9);
+  c.d_model = 8;
+  c.heads = 2;
+  c.d_ff = 12;
+  c.encoder_layers = c.decoder_layers = 1;
+  c.share_embeddings = false;
+  c.tie_output = false;
+  c.tgt_vocab = 7;
+  c.learned_positions = true;
+  c.max_positions = 6;
+  Transformer<double> m(c);
+  auto src = ids({2, 3}, {5, 6, 7, 8, 4, 0});
+  auto tgt = ids({2, 3}, {2, 5, 6, 2, 3, 0});
+  auto res = check_transformer(m, src, tgt);
+  EXPECT_GRADIENTS_MATCH(res);
+}
+
+TEST(Transformer, SameSeedSameNumbersDifferentSeedDifferent) {
+  TransformerConfig c = TransformerConfig::tiny(30);
+  c.dropout = 0.1;
+  auto src = ids({2, 5}, {4, 5, 6, 7, 8, 9, 10, 11, 0, 0});
+  auto tgt = ids({2, 4}, {2, 4, 5, 6, 2, 9, 10, 0});
+  Transformer<float> a(c), b(c);
+  const Tensor<float> la = a.forward(src, tgt).clone();
+  const Tensor<float> lb = b.forward(src, tgt).clone();
+  for (Index i = 0; i < la.numel(); ++i) ASSERT_EQ(la.data()[i], lb.data()[i]);
+  c.seed = 2;
+  Transformer<float> d(c);
+  const Tensor<float> ld = d.forward(src, tgt).clone();
+  EXPECT_NE(ld.data()[5], la.data()[5]);
+}
+
+TEST(Transformer, BadInputIsRefusedClearly) {
+  Transformer<float> m(TransformerConfig::tiny(20));
+  try {
+    m.forward(ids({1, 3}, {4, 25, 5}), ids({1, 2}, {2, 4}));
+    FAIL() << "token id 25 must be refused";
+  } catch (const IndexError& e) {
+    EXPECT_NE(std::string(e.what()).find("25"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("20"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(m.forward(Tensor<TokenId>({0, 3}), ids({0, 2}, {})), ShapeError);
+  EXPECT_THROW(m.forward(ids({2, 1}, {4, 5}), ids({1, 2}, {2, 4})), ShapeError);
+  TransformerConfig bad = TransformerConfig::tiny(20);
+  bad.heads = 3;
+  try {
+    Transformer<float> x(bad);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("d_model (64) must be divisible by heads (3)"),
+              std::string::npos)
+        << e.what();
+  }
+  bad = TransformerConfig::tiny(20);
+  bad.tgt_vocab = 21;
+  EXPECT_THROW(Transformer<float> x(bad), ConfigError);
+}
+
+TEST(Transformer, ConfigRoundTripsThroughMetadata) {
+  TransformerConfig c = TransformerConfig::big(123);
+  c.norm_first = true;
+  c.seed = 99;
+  TransformerConfig d = TransformerConfig::from_metadata(c.to_metadata());
+  EXPECT_EQ(d.to_metadata(), c.to_metadata());
+  auto m = c.to_metadata();
+  m.erase("config.d_model");
+  EXPECT_THROW(TransformerConfig::from_metadata(m), FormatError);
+  m = c.to_metadata();
+  m["config.heads"] = "x";
+  EXPECT_THROW(TransformerConfig::from_metadata(m), FormatError);
+}
+
+// Incremental decoding with caches gives the same logits as the full causal forward.
+TEST(Transformer, DecodeStepMatchesFullForward) {
+  TransformerConfig c = TransformerConfig::tiny(25);
+  Transformer<double> m(c);
+  m.eval();
+  auto src = ids({2, 5}, {4, 5, 6, 7, 8, 9, 10, 11, 0, 0});
+  auto tgt = ids({2, 4}, {2, 4, 5, 6, 2, 9, 10, 12});
+  const Tensor<double> full = m.forward(src, tgt).clone();  // [2, 4, V]
+  const Tensor<double> memory = m.encode(src).clone();
+  DecoderCache<double> cache = m.decoder.make_cache(2, 8);
+  for (Index t = 0; t < 4; ++t) {
+    Tensor<TokenId> tok({2, 1});
+    tok(0, 0) = tgt(0, t);
+    tok(1, 0) = tgt(1, t);
+    const Tensor<double>& step = m.decode_step(tok, t, memory, cache);
+    for (Index b = 0; b < 2; ++b)
+      for (Index v = 0; v < 25; ++v)
+        ASSERT_NEAR(step(b, 0, v), full(b, t, v), 1e-10) << b << " " << t;
+  }
+}
+
+TEST(Decode, BeamOfOneIsGreedyAndBeamFourIsNoWorseInModelScore) {
+  TransformerConfig c = TransformerConfig::tiny(16);
+  c.seed = 5;
+  Transformer<float> m(c);
+  auto src = ids({3, 4}, {4, 5, 6, 7, 8, 9, 0, 0, 10, 11, 12, 0});
+  DecodeOptions o;
+  o.max_extra_length = 6;
+  const auto greedy = greedy_decode(m, src, o);
+  o.beam_size = 1;
+  const auto beam1 = beam_search(m, src, o);
+  EXPECT_EQ(greedy, beam1);
+  for (const auto& h : greedy) EXPECT_LE(h.size(), 4u + 6u);
+  o.beam_size = 4;
+  const auto beam4 = beam_search(m, src, o);
+  ASSERT_EQ(beam4.size(), 3u);
+  EXPECT_TRUE(m.is_training()) << "decoding must restore the training mode";
+}
+
+TEST(Decode, GnmtLengthPenalty) {
+  EXPECT_DOUBLE_EQ(gnmt_length_penalty(1, 0.6), 1.0);
+  EXPECT_NEAR(gnmt_length_penalty(7, 0.6), std::pow(2.0, 0.6), 1e-15);
+  EXPECT_DOUBLE_EQ(gnmt_length_penalty(30, 0.0), 1.0);
+  Transformer<float> m(TransformerConfig::tiny(16));
+  DecodeOptions o;
+  o.beam_size = 0;
+  EXPECT_THROW(beam_search(m, ids({1, 2}, {4, 5}), o), ConfigError);
+  o = DecodeOptions{};
+  o.eos = 16;
+  EXPECT_THROW(greedy_decode(m, ids({1, 2}, {4, 5}), o), ConfigError);
+}
+
+}  // namespace
+}  // namespace attn
