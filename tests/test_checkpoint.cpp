@@ -135,7 +135,9 @@ TEST_F(Checkpoint, SafetensorsRoundTripsEveryDtypeAndMetadata) {
     EXPECT_EQ(ti.shape, e.shape) << e.name;
     EXPECT_EQ(ti.begin, offset) << e.name;  // contiguous, in order
     EXPECT_EQ(ti.end - ti.begin, e.nbytes) << e.name;
-    if (e.nbytes > 0) EXPECT_EQ(std::memcmp(f.bytes(e.name), e.data, e.nbytes), 0) << e.name;
+    if (e.nbytes > 0) {
+      EXPECT_EQ(std::memcmp(f.bytes(e.name), e.data, e.nbytes), 0) << e.name;
+    }
     offset += e.nbytes;
   }
   const Tensor<double> d = f.tensor<double>("scale");
