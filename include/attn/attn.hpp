@@ -1,4 +1,5 @@
-// The one header users include: the whole of attn.
+// The one header users include: the whole of attn but the checkpoint files (train/safetensors.hpp,
+// train/checkpoint.hpp, train/averaging.hpp), which also need nlohmann-json.
 #pragma once
 
 #include "attn/error.hpp"
@@ -7,7 +8,26 @@
 #include "attn/random.hpp"
 #include "attn/tensor.hpp"
 
+#include "attn/kernels/attention.hpp"
+#include "attn/kernels/attention_naive.hpp"
 #include "attn/kernels/linear.hpp"
 
+#include "attn/nn/decoder.hpp"
+#include "attn/nn/dropout.hpp"
+#include "attn/nn/embedding.hpp"
+#include "attn/nn/encoder.hpp"
+#include "attn/nn/feed_forward.hpp"
+#include "attn/nn/layer_norm.hpp"
 #include "attn/nn/linear.hpp"
 #include "attn/nn/module.hpp"
+#include "attn/nn/multi_head_attention.hpp"
+#include "attn/nn/positional_encoding.hpp"
+#include "attn/nn/transformer.hpp"
+
+#include "attn/train/adam.hpp"
+#include "attn/train/clip.hpp"
+#include "attn/train/label_smoothed_loss.hpp"
+#include "attn/train/schedule.hpp"
+
+#include "attn/decode/beam_search.hpp"
+#include "attn/decode/greedy.hpp"
