@@ -345,6 +345,31 @@ TEST(EncoderDecoder, IncrementalDecodingEqualsFullCausalForward) {
   }
 }
 
+TEST(EncoderDecoder, ReorderedCacheContinuesTheChosenRows) {
+  // Beam search keeps row 1's prefix in both rows after step 2: from then on both rows must decode
+  // exactly as row 1 of the full forward, with the memory and its padding reordered alike.
+  Decoder<double> dec(tiny(false, true), 2, false);
+  randomize(dec, 35);
+  dec.eval();
+  const Index B = 2, T = 4, S = 3;
+  Tensor<double> y = randn({B, T, D}, 36), memory = randn({B, S, D}, 37);
+  const auto mem = KeyPaddingMask::from_lengths({3, 2}, S);
+  Tensor<double> full = dec.forward(y, memory, KeyPaddingMask(), mem).clone();
+  DecoderCache<double> cache = dec.make_cache(B, T);
+  Tensor<double> yt({B, 1, D});
+  const auto mem_after = KeyPaddingMask::from_lengths({2, 2}, S);
+  for (Index t = 0; t < T; ++t) {
+    if (t == 2) cache.reorder({1, 1});
+    for (Index b = 0; b < B; ++b)
+      for (Index d = 0; d < D; ++d) yt(b, 0, d) = y(t < 2 ? b : 1, t, d);
+    const Tensor<double>& out = dec.forward_step(yt, memory, t < 2 ? mem : mem_after, cache);
+    for (Index b = 0; b < B; ++b)
+      for (Index d = 0; d < D; ++d) EXPECT_NEAR(out(b, 0, d), full(t < 2 ? b : 1, t, d), 1e-12);
+  }
+  EXPECT_THROW(cache.reorder({0}), ShapeError);
+  EXPECT_THROW(cache.reorder({0, 2}), IndexError);
+}
+
 TEST(EncoderDecoder, AttentionWeightsOfEveryLayerAndHead) {
   Encoder<double> enc(tiny(false, true), 2, false);
   Decoder<double> dec(tiny(false, true), 2, false);

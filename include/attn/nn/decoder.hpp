@@ -40,6 +40,11 @@ struct DecoderLayerCache {
     self.clear();
     cross.clear();
   }
+  /// Beam search: row b continues from row rows[b] (see KVCache::reorder).
+  void reorder(const std::vector<Index>& rows) {
+    self.reorder(rows);
+    if (cross.length > 0) cross.reorder(rows);
+  }
 };
 
 /// The caches of a decoder stack, one per layer. allocate() once per batch size and maximum
@@ -54,6 +59,10 @@ struct DecoderCache {
   }
   void clear() {
     for (auto& l : layers) l.clear();
+  }
+  /// Beam search: row b continues from row rows[b] in every layer (see KVCache::reorder).
+  void reorder(const std::vector<Index>& rows) {
+    for (auto& l : layers) l.reorder(rows);
   }
   /// Target positions decoded so far.
   Index length() const { return layers.empty() ? 0 : layers.front().self.length; }

@@ -4,8 +4,12 @@
 // output (allocate) and never reallocated while decoding. Cross-attention fills the cache once, on
 // its first step, with the projection of the whole memory (the encoder output does not change
 // while decoding), and reuses it on every later step. clear() forgets the content and keeps the
-// storage, for the next batch.
+// storage, for the next batch. reorder() follows beam search, whose surviving hypotheses continue
+// from other rows' prefixes.
 #pragma once
+
+#include <algorithm>
+#include <vector>
 
 #include "attn/error.hpp"
 #include "attn/tensor.hpp"
@@ -33,6 +37,33 @@ struct KVCache {
   bool allocated() const { return keys.rank() == 3; }
   Index batch() const { return allocated() ? keys.size(0) : 0; }
   Index capacity() const { return allocated() ? keys.size(1) : 0; }
+
+  /// Row b takes the content of row rows[b] (rows may repeat or drop rows), positions
+  /// [0, length): what a beam search does when hypothesis b extends the old hypothesis rows[b].
+  void reorder(const std::vector<Index>& rows) {
+    ATTN_CHECK(static_cast<Index>(rows.size()) == batch(), ShapeError,
+               "KVCache::reorder: expected ", batch(), " row indices, got ", rows.size());
+    for (Index r : rows)
+      ATTN_CHECK(r >= 0 && r < batch(), IndexError, "KVCache::reorder: row ", r,
+                 " out of range [0, ", batch(), ")");
+    reorder(keys, rows);
+    reorder(values, rows);
+  }
+
+ private:
+  void reorder(Tensor<T>& t, const std::vector<Index>& rows) {
+    const Index B = t.size(0), cap = t.size(1), n = length * t.size(2);
+    scratch_.resize({B, n});  // kept across calls: no allocation per decoding step
+    for (Index b = 0; b < B; ++b) {
+      const T* from = t.data() + rows[static_cast<std::size_t>(b)] * cap * t.size(2);
+      std::copy(from, from + n, scratch_.data() + b * n);
+    }
+    for (Index b = 0; b < B; ++b)
+      std::copy(scratch_.data() + b * n, scratch_.data() + (b + 1) * n,
+                t.data() + b * cap * t.size(2));
+  }
+
+  Tensor<T> scratch_;  // [B, length * D] staging for reorder
 };
 
 }  // namespace attn
