@@ -332,6 +332,17 @@ TEST(MultiHeadAttention, CachedCrossAttentionEqualsTheFullForward) {
                ShapeError);
 }
 
+TEST(MultiHeadAttention, BuffersAreReusedAcrossSteps) {
+  MultiHeadAttention<double> mha(D, H);
+  init(mha, 61);
+  Tensor<double> x = randn({2, 4, D}, 62), dy = randn({2, 4, D}, 63);
+  const double* y1 = mha.forward_self(x, {}).data();
+  const double* dx1 = mha.backward(dy).data();
+  Tensor<double> small = randn({2, 3, D}, 64);  // a shorter batch fits the same storage
+  EXPECT_EQ(mha.forward_self(small, {}).data(), y1);
+  EXPECT_EQ(mha.backward(randn({2, 3, D}, 65)).data(), dx1);
+}
+
 TEST(MultiHeadAttention, FloatAgreesWithDouble) {
   MultiHeadAttention<double> md(D, H);
   MultiHeadAttention<float> mf(D, H);
