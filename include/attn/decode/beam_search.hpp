@@ -18,29 +18,6 @@
 
 namespace attn {
 
-namespace detail {
-
-/// Row r of every layer's self-attention cache becomes what row origin[r] was. Cross-attention
-/// caches stay: beams only ever move within one sentence, whose memory rows are all the same.
-template <class T>
-void reorder_self_attention(DecoderCache<T>& cache, const std::vector<Index>& origin,
-                            Tensor<T>& scratch) {
-  for (auto& layer : cache.layers) {
-    for (Tensor<T>* kv : {&layer.self.keys, &layer.self.values}) {
-      const Index rows = kv->size(0), row_size = kv->numel() / rows;
-      const Index used = layer.self.length * kv->size(2);  // filled part of a row
-      scratch.resize({rows, row_size});
-      for (Index r = 0; r < rows; ++r)
-        std::copy_n(kv->data() + r * row_size, used, scratch.data() + r * row_size);
-      for (Index r = 0; r < rows; ++r)
-        std::copy_n(scratch.data() + origin[static_cast<std::size_t>(r)] * row_size, used,
-                    kv->data() + r * row_size);
-    }
-  }
-}
-
-}  // namespace detail
-
 /// GNMT's length penalty ((5 + length) / 6)^alpha.
 inline double gnmt_length_penalty(Index length, double alpha) {
   return std::pow((5.0 + static_cast<double>(length)) / 6.0, alpha);
@@ -82,7 +59,6 @@ std::vector<std::vector<TokenId>> beam_search(Transformer<T>& model, const Tenso
   std::vector<Index> origin(static_cast<std::size_t>(B * K));
   std::vector<std::vector<TokenId>> next_hyps(static_cast<std::size_t>(B * K));
   std::vector<double> next_scores(static_cast<std::size_t>(B * K));
-  Tensor<T> scratch;
 
   for (Index t = 0; t < max_len; ++t) {
     const Tensor<T>& logits = model.decode_step(tokens, t, memory, cache);  // [B*K, 1, V]
@@ -162,7 +138,7 @@ std::vector<std::vector<TokenId>> beam_search(Transformer<T>& model, const Tenso
       scores[ur] = next_scores[ur];
       tokens(r, 0) = hyps[ur].empty() ? opts.eos : hyps[ur].back();
     }
-    detail::reorder_self_attention(cache, origin, scratch);
+    cache.reorder(origin);
   }
 
   std::vector<std::vector<TokenId>> out(static_cast<std::size_t>(B));
