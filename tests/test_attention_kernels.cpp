@@ -163,8 +163,16 @@ TYPED_TEST(AttentionKernels, FastMatchesNaiveOverShapesMasksDropoutAndLayouts) {
     Index B, H, Tq, S, K, extra;
   };
   const Case cases[] = {
-      {2, 3, 5, 5, 4, 0},   {1, 2, 1, 7, 3, 1},    {2, 2, 1, 1, 4, 0},    {2, 2, 6, 1, 5, 2},
-      {2, 2, 70, 70, 8, 0}, {1, 2, 67, 131, 5, 3}, {2, 1, 130, 97, 4, 1}, {3, 2, 9, 4, 6, 0},
+      {2, 3, 5, 5, 4, 0},
+      {1, 2, 1, 7, 3, 1},
+      {2, 2, 1, 1, 4, 0},
+      {2, 2, 6, 1, 5, 2},
+      {2, 2, 70, 70, 8, 0},
+      {1, 2, 67, 131, 5, 3},
+      {2, 1, 130, 97, 4, 1},
+      {3, 2, 9, 4, 6, 0},
+      // several query blocks, the last one partial, with causal key ranges that differ per block
+      {1, 2, kernels::kAttentionQueryBlock + 5, kernels::kAttentionQueryBlock + 9, 3, 1},
   };
   int compared = 0;
   for (const Case& c : cases)
@@ -203,7 +211,7 @@ TYPED_TEST(AttentionKernels, FastMatchesNaiveOverShapesMasksDropoutAndLayouts) {
         }
     }
   EXPECT_EQ(compared,
-            136);  // 5 cases x 5 masks + 3 cases (S < T) x 3 masks, x 2 dropout x 2 weights
+            156);  // 6 cases x 5 masks + 3 cases (S < T) x 3 masks, x 2 dropout x 2 weights
 }
 
 /// Gradient check of q, k, v through one kernel, L = sum(out * R).

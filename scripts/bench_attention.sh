@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Attention kernels against PyTorch, in one run on this machine:
+#   1. bench_attention (naive vs fast attn kernel, forward and forward+backward, 1 and 2 threads),
+#      built Release with -march=native (ATTN_NATIVE, on by default);
+#   2. benchmarks/torch_attention.py (PyTorch math attention and nn.MultiheadAttention at the same
+#      shapes) under ../shared/bench/peers/peer_env.sh mode tuned512, PyTorch at its best here,
+#      with 1 and 2 threads.
+# Usage: bash scripts/bench_attention.sh [build dir, default build-bench]   (a few minutes)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-bench}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DATTN_NATIVE=ON >/dev/null
+cmake --build "$build" -j2 --target bench_attention
+echo "## attn: $(git rev-parse --short HEAD), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+"$build/benchmarks/bench_attention" --benchmark_format=console
+
+peers=../shared/bench/peers
+# shellcheck source=/dev/null
+source "$peers/peer_env.sh"
+for threads in 1 2; do
+  echo "## PyTorch, mode tuned512, threads=$threads"
+  ( peer_env tuned512 "$threads"; "$PY" benchmarks/torch_attention.py --threads "$threads" )
+done
