@@ -1,0 +1,236 @@
+// attn-translate: train a Transformer translation model, translate with it, score it, average it.
+// The subcommands only parse flags; the work is in trainer.cpp and translator.cpp.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <attn/error.hpp>
+#include <attn/parallel.hpp>
+
+#include "corpus_io.hpp"
+#include "gettext_corpus.hpp"
+#include "trainer.hpp"
+#include "translator.hpp"
+
+namespace tr = attn::translate;
+
+namespace {
+
+std::vector<std::string> read_input(const std::string& path) {
+  if (path != "-") return tr::read_lines(path);
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::size_t bad = tr::find_invalid_utf8(line);
+    ATTN_CHECK(bad == std::string::npos, attn::DataError, "<stdin> line ", lines.size() + 1,
+               ": invalid UTF-8 at byte ", bad);
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+void write_output(const std::string& path, const std::vector<std::string>& lines) {
+  if (path != "-") return tr::write_lines(path, lines);
+  for (const auto& l : lines) std::cout << l << '\n';
+  std::cout.flush();
+}
+
+tr::CorpusSplit load_data(const tr::TrainOptions&, const std::string& src, const std::string& tgt,
+                          const std::string& vsrc, const std::string& vtgt, const std::string& tsrc,
+                          const std::string& ttgt) {
+  ATTN_CHECK(src.empty() == tgt.empty(), attn::ConfigError,
+             "train: --src and --tgt go together (got --src '", src, "', --tgt '", tgt, "')");
+  ATTN_CHECK(vsrc.empty() == vtgt.empty() && tsrc.empty() == ttgt.empty(), attn::ConfigError,
+             "train: --valid-src/--valid-tgt and --test-src/--test-tgt go in pairs");
+  tr::CorpusSplit data;
+  if (src.empty()) {
+    tr::GettextCorpusStats stats;
+    data = tr::load_gettext_corpus({}, &stats);
+    std::cerr << "gettext corpus: " << stats.files << " catalogs, " << data.train.size()
+              << " training, " << data.valid.size() << " validation, " << data.test.size()
+              << " test pairs (English -> German)\n";
+  } else {
+    data.train = tr::read_parallel(src, tgt);
+  }
+  if (!vsrc.empty()) data.valid = tr::read_parallel(vsrc, vtgt);
+  if (!tsrc.empty()) data.test = tr::read_parallel(tsrc, ttgt);
+  return data;
+}
+
+void add_decode_flags(CLI::App* app, tr::TranslateOptions& o) {
+  app->add_option("--beam", o.beam, "beam size")->capture_default_str()->check(CLI::PositiveNumber);
+  app->add_option("--alpha", o.alpha, "length penalty alpha of ((5+|Y|)/6)^alpha")
+      ->capture_default_str();
+  app->add_flag("--greedy", o.greedy, "greedy decoding instead of beam search")
+      ->capture_default_str();
+  app->add_option("--batch-size", o.batch_size, "sentences per decoding batch")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--max-extra-length", o.max_extra_length,
+                  "output may be this many tokens longer than the input")
+      ->capture_default_str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"attn-translate: Transformer (Vaswani et al. 2017) translation on the CPU"};
+  app.require_subcommand(1);
+  app.fallthrough();
+  int threads = 2;
+  app.add_option("--threads", threads, "worker threads")->capture_default_str();
+
+  // train
+  tr::TrainOptions t;
+  std::string src, tgt, vsrc, vtgt, tsrc, ttgt;
+  int show = 5;
+  auto* train =
+      app.add_subcommand("train", "train a model (default data: gettext English->German)");
+  train->add_option("--model-dir", t.model_dir, "output directory")->required();
+  train->add_option("--src", src, "training source file (one sentence a line)");
+  train->add_option("--tgt", tgt, "training target file");
+  train->add_option("--valid-src", vsrc, "validation source file");
+  train->add_option("--valid-tgt", vtgt, "validation target file");
+  train->add_option("--test-src", tsrc, "test source file");
+  train->add_option("--test-tgt", ttgt, "test target file");
+  train->add_option("--preset", t.preset, "model size")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tiny", "small", "base", "big"}));
+  train->add_option("--d-model", t.d_model, "override d_model (0: preset)")->capture_default_str();
+  train->add_option("--layers", t.layers, "override encoder and decoder layers (0: preset)")
+      ->capture_default_str();
+  train->add_option("--heads", t.heads, "override attention heads (0: preset)")
+      ->capture_default_str();
+  train->add_option("--d-ff", t.d_ff, "override feed-forward width (0: preset)")
+      ->capture_default_str();
+  train->add_option("--dropout", t.dropout, "override P_drop (< 0: preset)")->capture_default_str();
+  train->add_option("--label-smoothing", t.label_smoothing, "epsilon_ls")->capture_default_str();
+  train->add_option("--warmup", t.warmup, "warmup steps of the Noam schedule")
+      ->capture_default_str();
+  train->add_option("--lr-factor", t.lr_factor, "factor of the Noam schedule")
+      ->capture_default_str();
+  train->add_option("--max-tokens", t.max_tokens, "padded tokens per batch")->capture_default_str();
+  train
+      ->add_option("--tokens-per-update", t.tokens_per_update,
+                   "accumulate batches until this many target tokens (0: one batch)")
+      ->capture_default_str();
+  train->add_option("--vocab-size", t.vocab_size, "shared BPE vocabulary size")
+      ->capture_default_str();
+  train->add_option("--max-len", t.max_len, "subword tokens per side (longer pairs skipped)")
+      ->capture_default_str();
+  train->add_option("--steps", t.steps, "stop after this many updates (0: no limit)")
+      ->capture_default_str();
+  train->add_option("--minutes", t.minutes, "stop after this wall time (0: no limit)")
+      ->capture_default_str();
+  train->add_option("--valid-every", t.valid_every, "validate every N updates (0: at the end)")
+      ->capture_default_str();
+  train
+      ->add_option("--checkpoint-every", t.checkpoint_every,
+                   "checkpoint every N updates (0: at the end)")
+      ->capture_default_str();
+  train->add_option("--keep", t.keep, "training checkpoints kept")->capture_default_str();
+  train
+      ->add_option("--average", t.average,
+                   "average the last N checkpoints into model.safetensors (0: last weights)")
+      ->capture_default_str();
+  train->add_option("--seed", t.seed, "initialisation, dropout and data order")
+      ->capture_default_str();
+  train->add_flag("--resume", t.resume, "continue from the newest checkpoint of --model-dir")
+      ->capture_default_str();
+  train->add_option("--svg", t.svg, "write curves.svg and attention.svg")->capture_default_str();
+  train->add_option("--log-every", t.log_every, "progress line every N updates")
+      ->capture_default_str();
+  train
+      ->add_option("--bleu-sentences", t.bleu_sentences,
+                   "validation sentences decoded for BLEU (0: all)")
+      ->capture_default_str();
+  train->add_flag("--tokenize-none", t.tokenize_none, "BLEU on whitespace tokens, not 13a")
+      ->capture_default_str();
+  train->add_option("--show", show, "test translations printed at the end")->capture_default_str();
+
+  // translate
+  std::string model_dir, input = "-", output = "-";
+  tr::TranslateOptions d;
+  auto* translate = app.add_subcommand("translate", "translate lines with a trained model");
+  translate->add_option("--model-dir", model_dir, "trained model directory")->required();
+  translate->add_option("--input", input, "input file, - for stdin")->capture_default_str();
+  translate->add_option("--output", output, "output file, - for stdout")->capture_default_str();
+  add_decode_flags(translate, d);
+
+  // evaluate
+  std::string ref, tokenize = "13a";
+  bool lowercase = false;
+  auto* evaluate = app.add_subcommand("evaluate", "BLEU of a model's translations of --src");
+  evaluate->add_option("--model-dir", model_dir, "trained model directory")->required();
+  evaluate->add_option("--src", src, "source file")->required();
+  evaluate->add_option("--ref", ref, "reference translations")->required();
+  evaluate->add_flag("--lowercase", lowercase, "case-insensitive BLEU")->capture_default_str();
+  evaluate->add_option("--tokenize", tokenize, "BLEU tokenizer")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"13a", "none"}));
+  add_decode_flags(evaluate, d);
+
+  // average
+  int last = 0;
+  std::vector<std::string> inputs;
+  std::string avg_out;
+  auto* average = app.add_subcommand("average", "average checkpoints into one model file");
+  average->add_option("--model-dir", model_dir, "model directory (with --last)");
+  average->add_option("--last", last, "average the last N checkpoints into model.safetensors");
+  average->add_option("--inputs", inputs, "checkpoint files to average");
+  average->add_option("--output", avg_out, "output file (with --inputs)");
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    attn::set_num_threads(threads);
+    if (*train) {
+      t.threads = threads;
+      tr::Trainer trainer(t, load_data(t, src, tgt, vsrc, vtgt, tsrc, ttgt));
+      trainer.train();
+      trainer.finish();
+      std::cerr << "model written to " << t.model_dir << "/model.safetensors\n";
+      if (!trainer.data().test.empty()) {
+        std::vector<std::string> hyps;
+        const tr::BleuScore bleu = trainer.test_bleu(&hyps);
+        std::cout << "test BLEU (beam 4, last weights): " << bleu.str() << '\n';
+        const auto& test = trainer.data().test;
+        for (std::size_t i = 0; i < hyps.size() && i < static_cast<std::size_t>(show); ++i)
+          std::cout << "  src: " << test.src[i] << "\n  ref: " << test.tgt[i]
+                    << "\n  hyp: " << hyps[i] << "\n\n";
+      }
+    } else if (*translate) {
+      tr::Translator translator(model_dir);
+      write_output(output, translator.translate(read_input(input), d));
+    } else if (*evaluate) {
+      const tr::ParallelCorpus corpus = tr::read_parallel(src, ref);
+      tr::Translator translator(model_dir);
+      tr::BleuOptions b;
+      b.lowercase = lowercase;
+      b.tokenize = tokenize == "none" ? tr::BleuTokenizer::kNone : tr::BleuTokenizer::k13a;
+      std::cout << translator.evaluate(corpus.src, corpus.tgt, d, b).str() << '\n';
+    } else if (*average) {
+      ATTN_CHECK((last > 0) != !inputs.empty(), attn::ConfigError,
+                 "average: give either --model-dir with --last N, or --inputs with --output");
+      if (last > 0) {
+        ATTN_CHECK(!model_dir.empty(), attn::ConfigError, "average: --last needs --model-dir");
+        const auto used = tr::average_last(model_dir, last);
+        std::cerr << "averaged " << used.size() << " checkpoints into " << model_dir
+                  << "/model.safetensors\n";
+      } else {
+        ATTN_CHECK(!avg_out.empty(), attn::ConfigError, "average: --inputs needs --output");
+        tr::average_files(inputs, avg_out);
+      }
+    }
+  } catch (const attn::Error& e) {
+    std::cerr << "attn-translate: error: " << e.what() << '\n';
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "attn-translate: error: " << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,126 @@
+// The training loop of attn-translate: vocabulary, batching, Adam with the paper's schedule,
+// gradient accumulation, validation (loss, perplexity, greedy BLEU), checkpoints that resume
+// bit-exactly (parameters, Adam moments, dropout RNG, step and data position), averaging and plots.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <attn/nn/transformer.hpp>
+#include <attn/train/adam.hpp>
+#include <attn/train/label_smoothed_loss.hpp>
+
+#include "batching.hpp"
+#include "bleu.hpp"
+#include "bpe.hpp"
+#include "corpus_io.hpp"
+
+namespace attn::translate {
+
+struct TrainOptions {
+  std::string model_dir;
+  std::string preset = "small";  ///< tiny | small | base | big
+  // Overrides of the preset; 0 (or < 0 for dropout) keeps the preset's value.
+  Index d_model = 0;
+  Index layers = 0;
+  Index heads = 0;
+  Index d_ff = 0;
+  double dropout = -1;
+  double label_smoothing = 0.1;
+  Index warmup = 4000;
+  double lr_factor = 1.0;
+  Index max_tokens = 4096;      ///< per batch
+  Index tokens_per_update = 0;  ///< accumulate batches until this many target tokens; 0: one
+  int vocab_size = 8000;
+  Index max_len = 128;            ///< subword tokens per side; longer training pairs are skipped
+  Index steps = 0;                ///< stop after this many updates; 0: no limit
+  double minutes = 0;             ///< stop after this wall time; 0: no limit
+  Index valid_every = 1000;       ///< 0: only at the end
+  Index checkpoint_every = 1000;  ///< 0: only at the end
+  int keep = 5;                   ///< training checkpoints kept on disk
+  int average = 0;                ///< average the last N checkpoints into model.safetensors
+  int threads = 2;
+  std::uint64_t seed = 1;
+  bool resume = false;
+  bool svg = true;
+  bool tokenize_none = false;  ///< BLEU on whitespace tokens instead of 13a
+  Index bleu_sentences = 0;    ///< validation sentences decoded for BLEU; 0: all
+  Index log_every = 100;       ///< progress lines when stderr is not a terminal
+  bool quiet = false;          ///< no progress output (tests)
+};
+
+/// One point of the learning curves (NaN where not measured).
+struct CurvePoint {
+  Index step = 0;
+  double train_loss = 0, valid_loss = 0, valid_bleu = 0;
+};
+
+class Trainer {
+ public:
+  /// Trains the vocabulary on data.train (both sides) or, with options.resume, loads the
+  /// directory's vocabulary and the newest checkpoint (whose stored training options win over
+  /// `options` for everything that changes the result, so that resuming is exact).
+  Trainer(const TrainOptions& options, CorpusSplit data);
+  ~Trainer();
+
+  /// Runs updates until options.steps or options.minutes (or `max_updates` more, if > 0).
+  void train(Index max_updates = 0);
+  /// Writes checkpoint_<step>.safetensors and drops all but the last `keep`.
+  std::string save_checkpoint();
+  /// The final checkpoint, model.safetensors (averaged or not), curves and attention plots.
+  void finish();
+
+  struct Validation {
+    LossStats loss;
+    BleuScore bleu;
+  };
+  Validation validate();
+  /// BLEU of greedy (or beam) translations of the test set; empty hyps if there is no test set.
+  BleuScore test_bleu(std::vector<std::string>* hyps = nullptr);
+
+  Transformer<float>& model() { return *model_; }
+  const SubwordVocab& vocab() const { return vocab_; }
+  Index step() const;
+  const TrainOptions& options() const { return opt_; }
+  const CorpusSplit& data() const { return data_; }
+  const std::vector<CurvePoint>& curves() const { return curves_; }
+
+ private:
+  void build_model();
+  void resume_from(const std::string& path);
+  std::map<std::string, std::string> metadata() const;
+  const Batch& next_batch();
+  double update();        // one optimiser step; returns its mean smoothed loss
+  void run_validation();  // validate(), print it and add it to the curves
+  void write_curves() const;
+  void write_attention();
+  BleuOptions bleu_options() const;
+
+  TrainOptions opt_;
+  CorpusSplit data_;
+  SubwordVocab vocab_;
+  std::unique_ptr<Transformer<float>> model_;
+  std::unique_ptr<Adam<float>> adam_;
+  std::unique_ptr<LabelSmoothedCrossEntropy<float>> loss_;
+  std::unique_ptr<Batcher> train_batches_, valid_batches_;
+  std::vector<std::vector<TokenId>> valid_src_ids_;
+  std::uint64_t epoch_ = 0;  // data position: epoch and index into its batch order
+  std::size_t batch_index_ = 0;
+  std::vector<std::size_t> order_;
+  std::vector<CurvePoint> curves_;
+  Tensor<float> dlogits_;
+  Index train_tokens_ = 0;  // target tokens since the last progress point, for tokens/s
+};
+
+/// Builds a TransformerConfig from the preset name and overrides; ConfigError for an unknown
+/// preset.
+TransformerConfig make_config(const TrainOptions& options, Index vocab);
+
+/// Tokenizes parallel text into pairs for the Batcher.
+std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const ParallelCorpus& corpus);
+
+}  // namespace attn::translate

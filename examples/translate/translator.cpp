@@ -1,0 +1,173 @@
+#include "translator.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+
+#include <attn/train/averaging.hpp>
+#include <attn/train/checkpoint.hpp>
+
+namespace attn::translate {
+
+namespace fs = std::filesystem;
+
+std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<std::int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  const std::string prefix = "checkpoint_", suffix = ".safetensors";
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix))
+      continue;
+    const std::string digits =
+        name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    out.emplace_back(std::stoll(digits), entry.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string model_file(const std::string& dir) {
+  const fs::path final_model = fs::path(dir) / "model.safetensors";
+  if (fs::exists(final_model)) return final_model.string();
+  const auto ckpts = list_checkpoints(dir);
+  ATTN_CHECK(!ckpts.empty(), IOError, "model directory '", dir,
+             "' has neither model.safetensors nor checkpoint_<step>.safetensors");
+  return ckpts.back().second;
+}
+
+void check_vocab_metadata(const std::map<std::string, std::string>& m, const SubwordVocab& vocab,
+                          const std::string& file) {
+  auto size = m.find(kVocabSizeKey), hash = m.find(kVocabHashKey);
+  ATTN_CHECK(size != m.end() && hash != m.end(), FormatError, file, " lacks the ", kVocabSizeKey,
+             " / ", kVocabHashKey, " metadata of the vocabulary it was trained with");
+  const VocabFingerprint fp = vocab.fingerprint();
+  ATTN_CHECK(size->second == std::to_string(fp.size) && hash->second == std::to_string(fp.hash),
+             FormatError, file, " was trained with a different vocabulary: size ", size->second,
+             " hash ", hash->second, ", but the directory's vocabulary has size ", fp.size,
+             " hash ", fp.hash);
+}
+
+std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
+                                                const std::vector<std::vector<TokenId>>& sources,
+                                                const TranslateOptions& options) {
+  ATTN_CHECK(options.batch_size >= 1, ConfigError, "batch size must be >= 1, got ",
+             options.batch_size);
+  std::vector<std::vector<TokenId>> out(sources.size());
+  // Sorting by length keeps padding (and wasted decoder steps) small within each batch.
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < sources.size(); ++i)
+    if (!sources[i].empty()) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return sources[a].size() < sources[b].size();
+  });
+  DecodeOptions dec;
+  dec.bos = SubwordVocab::kBos;
+  dec.eos = SubwordVocab::kEos;
+  dec.beam_size = options.beam;
+  dec.length_penalty = options.alpha;
+  dec.max_extra_length = options.max_extra_length;
+  const TokenId pad = model.config().pad_id;
+  for (std::size_t begin = 0; begin < order.size();
+       begin += static_cast<std::size_t>(options.batch_size)) {
+    const std::size_t end =
+        std::min(order.size(), begin + static_cast<std::size_t>(options.batch_size));
+    Index S = 0;
+    for (std::size_t k = begin; k < end; ++k)
+      S = std::max<Index>(S, static_cast<Index>(sources[order[k]].size()));
+    Tensor<TokenId> src = Tensor<TokenId>::full({static_cast<Index>(end - begin), S}, pad);
+    for (std::size_t k = begin; k < end; ++k) {
+      const auto& s = sources[order[k]];
+      for (std::size_t j = 0; j < s.size(); ++j)
+        src(static_cast<Index>(k - begin), static_cast<Index>(j)) = s[j];
+    }
+    auto hyps = options.greedy ? greedy_decode(model, src, dec) : beam_search(model, src, dec);
+    for (std::size_t k = begin; k < end; ++k) out[order[k]] = std::move(hyps[k - begin]);
+  }
+  return out;
+}
+
+namespace {
+
+Index parse_index(const std::map<std::string, std::string>& m, const char* key,
+                  const std::string& file) {
+  auto it = m.find(key);
+  ATTN_CHECK(it != m.end(), FormatError, file, " lacks metadata ", key);
+  try {
+    return static_cast<Index>(std::stoll(it->second));
+  } catch (const std::exception&) {
+    ATTN_CHECK(false, FormatError, file, " metadata ", key, " = '", it->second,
+               "' is not an integer");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Translator::Translator(const std::string& dir) : vocab_(SubwordVocab::load(dir)) {
+  vocab_.check_directory(dir);
+  const std::string file = model_file(dir);
+  const auto meta = load_safetensors(file).metadata();
+  check_vocab_metadata(meta, vocab_, file);
+  model_ = std::make_unique<Transformer<float>>(TransformerConfig::from_metadata(meta));
+  load_model(file, *model_, LoadOptions{kTrainingStatePrefixes});
+  max_len_ = parse_index(meta, kMaxLenKey, file);
+  model_->eval();
+}
+
+std::vector<std::string> Translator::translate(const std::vector<std::string>& lines,
+                                               const TranslateOptions& options) {
+  std::vector<std::vector<TokenId>> ids(lines.size());
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    ids[i] = vocab_.encode(lines[i]);
+    ATTN_CHECK(static_cast<Index>(ids[i].size()) <= max_len_, DataError, "input line ", i + 1,
+               " has ", ids[i].size(), " subword tokens, more than the model's max_len ", max_len_);
+  }
+  const auto out = translate_ids(*model_, ids, options);
+  std::vector<std::string> text(out.size());
+  for (std::size_t i = 0; i < out.size(); ++i) text[i] = vocab_.decode(out[i]);
+  return text;
+}
+
+BleuScore Translator::evaluate(const std::vector<std::string>& src,
+                               const std::vector<std::string>& refs,
+                               const TranslateOptions& options, const BleuOptions& bleu,
+                               std::vector<std::string>* hyps) {
+  ATTN_CHECK(src.size() == refs.size(), DataError, "evaluate: ", src.size(), " source lines but ",
+             refs.size(), " reference lines");
+  std::vector<std::string> out = translate(src, options);
+  BleuScore score = corpus_bleu(out, refs, bleu);
+  if (hyps) *hyps = std::move(out);
+  return score;
+}
+
+void average_files(const std::vector<std::string>& inputs, const std::string& output) {
+  ATTN_CHECK(!inputs.empty(), ConfigError, "average: no input checkpoints given");
+  auto meta = load_safetensors(inputs.front()).metadata();
+  Transformer<float> model(TransformerConfig::from_metadata(meta));
+  average_checkpoints(inputs, model.parameters(), LoadOptions{kTrainingStatePrefixes});
+  // Drop the training state keys (step, RNG, data position) that describe a single checkpoint.
+  std::map<std::string, std::string> keep;
+  for (const auto& [k, v] : meta)
+    if (k.rfind("config.", 0) == 0 || k.rfind("vocab.", 0) == 0 || k.rfind("translate.", 0) == 0)
+      keep[k] = v;
+  keep["averaged_from"] = std::to_string(inputs.size());
+  save_model(output, model, keep);
+}
+
+std::vector<std::string> average_last(const std::string& dir, int n) {
+  ATTN_CHECK(n >= 1, ConfigError, "average: --last must be >= 1, got ", n);
+  const auto ckpts = list_checkpoints(dir);
+  ATTN_CHECK(static_cast<std::size_t>(n) <= ckpts.size(), ConfigError,
+             "average: asked for the last ", n, " checkpoints but '", dir, "' has ", ckpts.size());
+  std::vector<std::string> paths;
+  for (std::size_t i = ckpts.size() - static_cast<std::size_t>(n); i < ckpts.size(); ++i)
+    paths.push_back(ckpts[i].second);
+  average_files(paths, (fs::path(dir) / "model.safetensors").string());
+  return paths;
+}
+
+}  // namespace attn::translate

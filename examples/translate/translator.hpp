@@ -1,0 +1,87 @@
+// Loading a trained model directory and translating with it: the inference half of attn-translate.
+//
+// A model directory holds spm.model + vocab.txt (the shared subword vocabulary) and either
+// model.safetensors (final or averaged weights) or training checkpoints
+// checkpoint_<step>.safetensors; the model's configuration travels in each file's metadata, so a
+// directory is self-describing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <attn/decode/beam_search.hpp>
+#include <attn/decode/greedy.hpp>
+#include <attn/nn/transformer.hpp>
+
+#include "bleu.hpp"
+#include "bpe.hpp"
+
+namespace attn::translate {
+
+/// Metadata keys besides the model's "config.*" that the trainer writes into every file.
+inline constexpr const char* kMaxLenKey = "translate.max_len";
+inline constexpr const char* kVocabSizeKey = "vocab.size";
+inline constexpr const char* kVocabHashKey = "vocab.hash";
+
+/// checkpoint_<step>.safetensors files of `dir`, sorted by step (oldest first).
+std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& dir);
+
+/// The file a translator loads: model.safetensors if present, else the newest checkpoint.
+/// Throws IOError naming the directory if it has neither.
+std::string model_file(const std::string& dir);
+
+/// Throws FormatError if `metadata` names a vocabulary other than `vocab` (e.g. a checkpoint
+/// copied in from another model directory).
+void check_vocab_metadata(const std::map<std::string, std::string>& metadata,
+                          const SubwordVocab& vocab, const std::string& file);
+
+struct TranslateOptions {
+  bool greedy = false;
+  Index beam = 4;
+  double alpha = 0.6;
+  Index batch_size = 32;  ///< sentences per decoder batch
+  Index max_extra_length = 50;
+};
+
+/// Decodes id sequences in batches of similar length; returns outputs in input order (without
+/// BOS/EOS). Empty sources give empty outputs without running the model.
+std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
+                                                const std::vector<std::vector<TokenId>>& sources,
+                                                const TranslateOptions& options);
+
+class Translator {
+ public:
+  /// Loads the vocabulary and weights of `dir`; refuses a directory whose vocab.txt does not
+  /// describe its spm.model or whose weights were trained with another vocabulary.
+  explicit Translator(const std::string& dir);
+
+  /// One output line per input line. An empty line gives an empty line; a line longer than the
+  /// model's max_len throws DataError naming the (1-based) line and the limit.
+  std::vector<std::string> translate(const std::vector<std::string>& lines,
+                                     const TranslateOptions& options);
+
+  BleuScore evaluate(const std::vector<std::string>& src, const std::vector<std::string>& refs,
+                     const TranslateOptions& options, const BleuOptions& bleu,
+                     std::vector<std::string>* hyps = nullptr);
+
+  Transformer<float>& model() { return *model_; }
+  const SubwordVocab& vocab() const { return vocab_; }
+  Index max_len() const { return max_len_; }
+
+ private:
+  SubwordVocab vocab_;
+  std::unique_ptr<Transformer<float>> model_;
+  Index max_len_ = 0;
+};
+
+/// Averages `inputs` (model or training checkpoints of one configuration) into `output`, keeping
+/// the first input's metadata minus its training state. Atomic: a failure leaves `output` alone.
+void average_files(const std::vector<std::string>& inputs, const std::string& output);
+
+/// Averages the last `n` checkpoints of `dir` into dir/model.safetensors; returns their paths.
+std::vector<std::string> average_last(const std::string& dir, int n);
+
+}  // namespace attn::translate
