@@ -14,21 +14,12 @@ cmake --build "$build" -j2 --target bench_attention
 echo "## attn: $(git rev-parse --short HEAD), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
 "$build/benchmarks/bench_attention" --benchmark_format=console
 
-# Debian's torch calls whatever libblas.so.3 the system's alternatives select; without OpenBLAS
-# that is the reference BLAS (about 2 GFLOP/s: every PyTorch figure would be meaningless), and the
-# peer's tuned512 environment assumes OpenBLAS 0.3.21. Use the system's OpenBLAS when installed,
-# else unpack Debian's package into the build dir for these runs only (no system change).
-openblas=/usr/lib/x86_64-linux-gnu/openblas-pthread
-if [ ! -e "$openblas/libblas.so.3" ]; then
-  openblas="$PWD/$build/peer-openblas/usr/lib/x86_64-linux-gnu/openblas-pthread"
-  if [ ! -e "$openblas/libblas.so.3" ]; then
-    ( cd "$build" && apt-get download libopenblas0-pthread >/dev/null 2>&1 \
-        && dpkg -x libopenblas0-pthread_*.deb peer-openblas ) \
-      || echo "warning: OpenBLAS unavailable; PyTorch runs on the reference BLAS"
-  fi
-fi
-export LD_LIBRARY_PATH="$openblas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-echo "## PyTorch BLAS from: $openblas"
+# Debian's torch calls whatever libblas.so.3 the system selects; with the reference BLAS every
+# PyTorch figure would be meaningless (about 2 GFLOP/s), and the peer's tuned512 environment
+# assumes OpenBLAS 0.3.21: install it (and torch) from Debian's archive.
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch libopenblas0-pthread >/dev/null
 
 peers=../shared/bench/peers
 # shellcheck source=/dev/null
