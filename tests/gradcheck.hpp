@@ -94,11 +94,11 @@ inline GradCheckResult gradcheck(const std::vector<std::pair<std::string, Tensor
 ///   forward():           runs the module's forward on the (handles of the) inputs, returns y.
 ///   backward(dy):        runs backward, returns the gradients of the inputs, in input order.
 /// Parameters gradients are read from m.parameters() after zero_grad + forward + backward.
-inline GradCheckResult check_module(Module<double>& m,
-                                    const std::vector<std::pair<std::string, Tensor<double>>>& inputs,
-                                    const std::function<Tensor<double>()>& forward,
-                                    const std::function<std::vector<Tensor<double>>(const Tensor<double>&)>& backward,
-                                    std::uint64_t seed = 1234) {
+inline GradCheckResult check_module(
+    Module<double>& m, const std::vector<std::pair<std::string, Tensor<double>>>& inputs,
+    const std::function<Tensor<double>()>& forward,
+    const std::function<std::vector<Tensor<double>>(const Tensor<double>&)>& backward,
+    std::uint64_t seed = 1234) {
   const Tensor<double> r = randn(forward().shape(), seed);
   m.zero_grad();
   forward();
@@ -116,6 +116,7 @@ inline GradCheckResult check_module(Module<double>& m,
 }  // namespace attn::testing
 
 /// Asserts a GradCheckResult is below the tolerance, printing the per-tensor report otherwise.
-#define EXPECT_GRADIENTS_MATCH(result)                                                          \
-  EXPECT_LT((result).max_rel_error, 1e-6) << "worst: " << (result).worst << "\n" << (result).report; \
+#define EXPECT_GRADIENTS_MATCH(result)                                           \
+  EXPECT_LT((result).max_rel_error, 1e-6) << "worst: " << (result).worst << "\n" \
+                                          << (result).report;                    \
   EXPECT_GT((result).checked, 0)

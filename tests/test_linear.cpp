@@ -42,7 +42,8 @@ TEST(Linear, GradientsAccumulateAcrossBackwardCalls) {
   Tensor<double> once = lin.weight.grad.clone();
   lin.forward(x);
   lin.backward(dy);
-  for (Index i = 0; i < once.numel(); ++i) EXPECT_DOUBLE_EQ(lin.weight.grad.data()[i], 2 * once.data()[i]);
+  for (Index i = 0; i < once.numel(); ++i)
+    EXPECT_DOUBLE_EQ(lin.weight.grad.data()[i], 2 * once.data()[i]);
   lin.zero_grad();
   for (double g : lin.weight.grad) EXPECT_EQ(g, 0.0);
 }

@@ -75,7 +75,8 @@ SubwordVocab::SubwordVocab(SubwordVocab&&) noexcept = default;
 SubwordVocab& SubwordVocab::operator=(SubwordVocab&&) noexcept = default;
 SubwordVocab::~SubwordVocab() = default;
 
-std::unique_ptr<SubwordVocab::Impl> SubwordVocab::from_bytes(const std::string& bytes, const std::string& path) {
+std::unique_ptr<SubwordVocab::Impl> SubwordVocab::from_bytes(const std::string& bytes,
+                                                             const std::string& path) {
   auto impl = std::make_unique<SubwordVocab::Impl>();
   const auto status = impl->sp.LoadFromSerializedProto(bytes);
   ATTN_CHECK(status.ok(), FormatError, "'", path,

@@ -81,18 +81,17 @@ std::string concat(Args&&... args) {
 }  // namespace attn
 
 /// ATTN_CHECK(cond, ErrorType, message parts...): throws ErrorType(message) unless cond holds.
-#define ATTN_CHECK(cond, ErrorType, ...)                            \
-  do {                                                              \
+#define ATTN_CHECK(cond, ErrorType, ...)                               \
+  do {                                                                 \
     if (!(cond)) throw ErrorType(::attn::detail::concat(__VA_ARGS__)); \
   } while (false)
 
 #if defined(ATTN_ASSERT_THROWS)
-#define ATTN_ASSERT(cond)                                                                  \
-  do {                                                                                     \
-    if (!(cond))                                                                           \
-      throw ::attn::InternalError(::attn::detail::concat("internal assertion failed: ", \
-                                                         #cond, " at ", __FILE__, ":",     \
-                                                         __LINE__));                       \
+#define ATTN_ASSERT(cond)                                                                      \
+  do {                                                                                         \
+    if (!(cond))                                                                               \
+      throw ::attn::InternalError(::attn::detail::concat("internal assertion failed: ", #cond, \
+                                                         " at ", __FILE__, ":", __LINE__));    \
   } while (false)
 #elif defined(NDEBUG)
 #define ATTN_ASSERT(cond) ((void)0)

@@ -46,7 +46,8 @@ class KeyPaddingMask {
     ATTN_CHECK(ids.rank() == 2, ShapeError, "KeyPaddingMask: expected token ids [B, S], got ",
                ids.shape());
     KeyPaddingMask m(ids.size(0), ids.size(1));
-    for (Index i = 0; i < ids.numel(); ++i) m.real_[static_cast<std::size_t>(i)] = ids.data()[i] != pad_id;
+    for (Index i = 0; i < ids.numel(); ++i)
+      m.real_[static_cast<std::size_t>(i)] = ids.data()[i] != pad_id;
     return m;
   }
 
@@ -113,10 +114,12 @@ struct AttentionMask {
                  ", ", key_padding.length(), "]");
     if (!additive.empty())
       ATTN_CHECK(additive.bias().size(0) == T_ && additive.bias().size(1) == S, ShapeError,
-                 "AdditiveMask: expected [T, S] = [", T_, ", ", S, "], got ", additive.bias().shape());
+                 "AdditiveMask: expected [T, S] = [", T_, ", ", S, "], got ",
+                 additive.bias().shape());
     if (causal)
-      ATTN_CHECK(S >= T_, ShapeError, "causal mask: needs at least as many keys as queries, got T = ",
-                 T_, " queries and S = ", S, " keys");
+      ATTN_CHECK(S >= T_, ShapeError,
+                 "causal mask: needs at least as many keys as queries, got T = ", T_,
+                 " queries and S = ", S, " keys");
   }
 
   /// True when query t of batch row b may attend key s (before the additive bias).

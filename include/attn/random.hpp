@@ -27,7 +27,8 @@ inline double uniform_at(std::uint64_t key, std::uint64_t i) {
 /// A sequential generator; its whole state is (seed, counter).
 class Rng {
  public:
-  explicit Rng(std::uint64_t seed = 0, std::uint64_t counter = 0) : seed_(seed), counter_(counter) {}
+  explicit Rng(std::uint64_t seed = 0, std::uint64_t counter = 0)
+      : seed_(seed), counter_(counter) {}
 
   std::uint64_t next_u64() { return mix64(mix64(seed_) + 0x9e3779b97f4a7c15ULL * ++counter_); }
   /// Uniform in [0, 1).
@@ -66,8 +67,8 @@ void fill_normal(Tensor<T>& t, Rng& rng, double mean, double std) {
   for (T& v : t) v = static_cast<T>(mean + std * rng.normal());
 }
 
-/// Xavier/Glorot uniform for a [fan_out, fan_in] weight: U(-a, a), a = sqrt(6 / (fan_in + fan_out)),
-/// as torch.nn.init.xavier_uniform_ (which nn.Transformer applies to every matrix).
+/// Xavier/Glorot uniform for a [fan_out, fan_in] weight: U(-a, a), a = sqrt(6 / (fan_in +
+/// fan_out)), as torch.nn.init.xavier_uniform_ (which nn.Transformer applies to every matrix).
 template <class T>
 void xavier_uniform(Tensor<T>& weight, Rng& rng) {
   ATTN_CHECK(weight.rank() == 2, ShapeError, "xavier_uniform: expected a rank-2 weight, got shape ",

@@ -144,8 +144,9 @@ class Tensor {
   }
   /// A tensor holding `values` in row-major order; their count must match the shape.
   static Tensor from(const Shape& shape, const std::vector<T>& values) {
-    ATTN_CHECK(static_cast<Index>(values.size()) == shape.numel(), ShapeError, "Tensor::from: shape ",
-               shape, " holds ", shape.numel(), " values, got ", values.size());
+    ATTN_CHECK(static_cast<Index>(values.size()) == shape.numel(), ShapeError,
+               "Tensor::from: shape ", shape, " holds ", shape.numel(), " values, got ",
+               values.size());
     Tensor t(shape);
     std::copy(values.begin(), values.end(), t.data());
     return t;
@@ -182,7 +183,9 @@ class Tensor {
   const T& at(std::initializer_list<Index> idx) const { return data()[checked_index(idx)]; }
 
   /// A view with another shape of the same numel; one extent may be -1 and is inferred.
-  Tensor reshape(std::initializer_list<Index> dims) const { return reshape(std::vector<Index>(dims)); }
+  Tensor reshape(std::initializer_list<Index> dims) const {
+    return reshape(std::vector<Index>(dims));
+  }
   Tensor reshape(std::vector<Index> dims) const {
     Index known = 1;
     int infer = -1;
@@ -195,13 +198,14 @@ class Tensor {
       }
     }
     if (infer >= 0) {
-      ATTN_CHECK(known > 0 && numel() % known == 0, ShapeError, "reshape: cannot infer an extent for ",
-                 numel(), " elements from ", Shape(std::vector<Index>(dims.size(), 1)).str());
+      ATTN_CHECK(known > 0 && numel() % known == 0, ShapeError,
+                 "reshape: cannot infer an extent for ", numel(), " elements from ",
+                 Shape(std::vector<Index>(dims.size(), 1)).str());
       dims[static_cast<std::size_t>(infer)] = numel() / known;
     }
     Shape s(dims);
-    ATTN_CHECK(s.numel() == numel(), ShapeError, "reshape: cannot view shape ", shape_, " (", numel(),
-               " elements) as ", s, " (", s.numel(), " elements)");
+    ATTN_CHECK(s.numel() == numel(), ShapeError, "reshape: cannot view shape ", shape_, " (",
+               numel(), " elements) as ", s, " (", s.numel(), " elements)");
     Tensor v = *this;
     v.shape_ = s;
     return v;

@@ -7,10 +7,11 @@ namespace attn::kernels {
 
 /// y[N, O] = x[N, I] W[O, I]^T + b[O]. `b` may be null (no bias). Shapes are the caller's to check.
 template <class T>
-void linear_forward(MatrixRef<T> y, const ConstMatrixRef<T>& x,
-                    const ConstMatrixRef<T>& w, const T* b) {
+void linear_forward(MatrixRef<T> y, const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w,
+                    const T* b) {
   y.noalias() = x * w.transpose();
-  if (b != nullptr) y.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(b, w.rows());
+  if (b != nullptr)
+    y.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(b, w.rows());
 }
 
 /// Backward of y = x W^T + b:
@@ -18,9 +19,8 @@ void linear_forward(MatrixRef<T> y, const ConstMatrixRef<T>& x,
 ///   dW += dy^T x        (accumulated)
 ///   db += sum_rows(dy)  (accumulated; skipped when db is null)
 template <class T>
-void linear_backward(MatrixRef<T> dx, MatrixRef<T> dw, T* db,
-                     const ConstMatrixRef<T>& dy, const ConstMatrixRef<T>& x,
-                     const ConstMatrixRef<T>& w) {
+void linear_backward(MatrixRef<T> dx, MatrixRef<T> dw, T* db, const ConstMatrixRef<T>& dy,
+                     const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w) {
   if (dx.rows() > 0) dx.noalias() = dy * w;
   dw.noalias() += dy.transpose() * x;
   if (db != nullptr)

@@ -46,8 +46,9 @@ class Linear : public Module<T> {
     ATTN_CHECK(dy.shape() == y_.shape(), ShapeError, "Linear::backward: expected dy of shape ",
                y_.shape(), ", got ", dy.shape());
     dx_.resize(x_.shape());
-    kernels::linear_backward<T>(dx_.matrix(), weight.grad.matrix(), has_bias_ ? bias.grad.data() : nullptr,
-                                dy.matrix(), x_.matrix(), weight.value.matrix());
+    kernels::linear_backward<T>(dx_.matrix(), weight.grad.matrix(),
+                                has_bias_ ? bias.grad.data() : nullptr, dy.matrix(), x_.matrix(),
+                                weight.value.matrix());
     return dx_;
   }
 

@@ -99,7 +99,9 @@ class Module {
   }
 
  protected:
-  void register_parameter(std::string name, Parameter<T>* p) { params_.emplace_back(std::move(name), p); }
+  void register_parameter(std::string name, Parameter<T>* p) {
+    params_.emplace_back(std::move(name), p);
+  }
   /// An empty name flattens: the child's parameters appear under this module's own prefix (how
   /// FeedForward's linear1/linear2 sit directly in a Transformer layer, as in PyTorch).
   void register_module(std::string name, Module* m) { children_.emplace_back(std::move(name), m); }
