@@ -15,24 +15,15 @@
 #include <fstream>
 #include <iterator>
 
+#include "error_helpers.hpp"
 #include "gradcheck.hpp"
 #include "pch.hpp"
 
 namespace attn {
 namespace {
 
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using testing::contains;
+using testing::error_of;
 
 /// A fresh empty directory per test, removed (with its files) afterwards.
 class Checkpoint : public ::testing::Test {

@@ -5,24 +5,15 @@
 #include <cmath>
 #include <limits>
 
+#include "error_helpers.hpp"
 #include "gradcheck.hpp"
 #include "pch.hpp"
 
 namespace attn {
 namespace {
 
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using testing::contains;
+using testing::error_of;
 
 // Two parameters p [4] and q [2, 2] stepped three times with these gradients and learning rates.
 // Generated once with /usr/bin/python3 (torch 1.13):
