@@ -203,6 +203,11 @@ namespace detail {
 /// Headers longer than this are refused as corrupt (the reference reader's limit).
 inline constexpr std::uint64_t kMaxSafetensorsHeader = 100'000'000;
 
+/// Headers nesting JSON deeper than this are refused before the nesting is built: a valid one
+/// nests 3 levels, and nlohmann's ordered_json copies (and dumps) nested values recursively, so a
+/// header of a few hundred kilobytes of '[' would otherwise overflow the stack.
+inline constexpr int kMaxSafetensorsJsonDepth = 64;
+
 /// Test hook: a write of the file body fails (ENOSPC) once this many bytes have been written.
 inline std::size_t& safetensors_fail_after_bytes() {
   static std::size_t limit = std::numeric_limits<std::size_t>::max();
@@ -347,6 +352,12 @@ inline SafetensorsFile parse_safetensors(std::vector<unsigned char> bytes,
     header = json::parse(f.buffer_.begin() + 8,
                          f.buffer_.begin() + static_cast<std::ptrdiff_t>(f.data_start_),
                          [&](int depth, json::parse_event_t event, json& parsed) {
+                           ATTN_CHECK(depth < detail::kMaxSafetensorsJsonDepth ||
+                                          (event != json::parse_event_t::object_start &&
+                                           event != json::parse_event_t::array_start),
+                                      FormatError, path, ": header nests JSON more than ",
+                                      detail::kMaxSafetensorsJsonDepth,
+                                      " levels deep (a safetensors header nests 3)");
                            if (depth == 1 && event == json::parse_event_t::key &&
                                !keys.insert(parsed.get<std::string>()).second && duplicate.empty())
                              duplicate = parsed.get<std::string>();
@@ -392,6 +403,8 @@ inline SafetensorsFile parse_safetensors(std::vector<unsigned char> bytes,
     for (const auto& e : detail::dtype_table())
       if (dt == e.name) ti.dtype = e.dtype, known = true;
     ATTN_CHECK(known, FormatError, path, ": tensor ", name, ": unknown dtype \"", dt, "\"");
+    // The product of the non-zero extents must fit even when a zero extent empties the tensor:
+    // Shape::numel multiplies the extents in order, and [2^32, 2^32, 0] would overflow Index.
     std::size_t numel = 1;
     bool overflow = false, has_zero = false;
     for (const json& d : v["shape"]) {
@@ -405,11 +418,12 @@ inline SafetensorsFile parse_safetensors(std::vector<unsigned char> bytes,
         has_zero = true;
       else if (numel > std::numeric_limits<std::size_t>::max() / 8 / e)
         overflow = true;
-      numel *= static_cast<std::size_t>(e);
+      else
+        numel *= static_cast<std::size_t>(e);
     }
-    if (has_zero) overflow = false, numel = 0;
     ATTN_CHECK(!overflow, FormatError, path, ": tensor ", name, ": shape ", shape_str(ti.shape),
                " is too large");
+    if (has_zero) numel = 0;
     const auto b = v["data_offsets"][0].get<std::uint64_t>();
     const auto e = v["data_offsets"][1].get<std::uint64_t>();
     ATTN_CHECK(b <= e && e <= data_size, FormatError, path, ": tensor ", name, ": data_offsets [",
