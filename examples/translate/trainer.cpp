@@ -61,6 +61,7 @@ void store_options(const TrainOptions& o, std::map<std::string, std::string>& m)
   m["train.label_smoothing"] = str(o.label_smoothing);
   m["train.warmup"] = std::to_string(o.warmup);
   m["train.lr_factor"] = str(o.lr_factor);
+  m["train.clip_norm"] = str(o.clip_norm);
   m["train.max_tokens"] = std::to_string(o.max_tokens);
   m["train.tokens_per_update"] = std::to_string(o.tokens_per_update);
   m["train.seed"] = std::to_string(o.seed);
@@ -81,6 +82,8 @@ void restore_options(TrainOptions& o, const std::map<std::string, std::string>& 
   o.label_smoothing = num("train.label_smoothing");
   o.warmup = static_cast<Index>(num("train.warmup"));
   o.lr_factor = num("train.lr_factor");
+  // Checkpoints from before --clip-norm existed were trained without clipping.
+  o.clip_norm = m.count("train.clip_norm") ? num("train.clip_norm") : 0.0;
   o.max_tokens = static_cast<Index>(num("train.max_tokens"));
   o.tokens_per_update = static_cast<Index>(num("train.tokens_per_update"));
   o.seed = std::stoull(meta_get(m, "train.seed", file));
@@ -89,7 +92,7 @@ void restore_options(TrainOptions& o, const std::map<std::string, std::string>& 
 
 std::string encode_curves(const std::vector<CurvePoint>& curves) {
   std::ostringstream o;
-  o.precision(9);
+  o.precision(17);  // round-trips a double: a resumed run's curves equal an uninterrupted run's
   for (const auto& c : curves)
     o << c.step << ',' << c.train_loss << ',' << c.valid_loss << ',' << c.valid_bleu << ';';
   return o.str();
@@ -124,6 +127,12 @@ SubwordVocab open_vocab(const TrainOptions& o, const CorpusSplit& data) {
   if (o.resume) return SubwordVocab::load(o.model_dir);
   ATTN_CHECK(list_checkpoints(o.model_dir).empty(), ConfigError, "model directory '", o.model_dir,
              "' already holds checkpoints; pass --resume to continue, or use another directory");
+  // A trained model without checkpoints (e.g. after averaging them away) would lose its
+  // vocabulary to a fresh one, and its weights with it.
+  for (const char* name : {"model.safetensors", "spm.model", "vocab.txt"})
+    ATTN_CHECK(!fs::exists(fs::path(o.model_dir) / name), ConfigError, "model directory '",
+               o.model_dir, "' already holds a model (", name,
+               "); pass --resume to continue, or use another directory");
   fs::create_directories(o.model_dir);
   BpeTrainOptions bpe;
   bpe.vocab_size = o.vocab_size;
@@ -182,13 +191,18 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data)
   }
   ATTN_CHECK(opt_.tokens_per_update >= 0, ConfigError, "--tokens-per-update must be >= 0, got ",
              opt_.tokens_per_update);
+  ATTN_CHECK(std::isfinite(opt_.clip_norm) && opt_.clip_norm >= 0, ConfigError,
+             "--clip-norm must be finite and >= 0 (0: off), got ", opt_.clip_norm);
   BatchingOptions b;
   b.max_tokens = opt_.max_tokens;
   b.max_len = opt_.max_len;
   b.overlong = OverlongPolicy::kSkip;
   train_batches_ = std::make_unique<Batcher>(tokenize_pairs(vocab_, data_.train), b);
   ATTN_CHECK(train_batches_->size() > 0, DataError, "train: every one of the ", data_.train.size(),
-             " training pairs is longer than max_len ", opt_.max_len);
+             " training pairs is longer than max_len ", opt_.max_len, " subword tokens");
+  if (train_batches_->skipped() > 0 && !opt_.quiet)
+    std::cerr << "train: left out " << train_batches_->skipped() << " of " << data_.train.size()
+              << " training pairs longer than max_len " << opt_.max_len << " subword tokens\n";
   if (!data_.valid.empty()) {
     valid_batches_ = std::make_unique<Batcher>(tokenize_pairs(vocab_, data_.valid), b);
     std::size_t n = data_.valid.size();
@@ -213,6 +227,8 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data)
 Trainer::~Trainer() = default;
 
 Index Trainer::step() const { return adam_->steps(); }
+
+std::size_t Trainer::skipped_pairs() const { return train_batches_->skipped(); }
 
 std::map<std::string, std::string> Trainer::metadata() const {
   std::map<std::string, std::string> m = model_->config().to_metadata();
@@ -249,6 +265,11 @@ double Trainer::update() {
     train_tokens_ += s.tokens;
   } while (stats.tokens < opt_.tokens_per_update);
   scale_gradients(adam_->parameters(), 1.0 / static_cast<double>(stats.tokens));
+  // A finite loss can still have a NaN or Inf gradient; Adam would spread it into every weight.
+  last_grad_norm_ = grad_norm(adam_->parameters());
+  ATTN_CHECK(std::isfinite(last_grad_norm_), NumericError, "step ", step, ": the gradient norm is ",
+             last_grad_norm_, " (try a lower --lr-factor, a longer --warmup or --clip-norm)");
+  if (opt_.clip_norm > 0) clip_grad_norm(adam_->parameters(), opt_.clip_norm);
   adam_->step(noam_lr(step, model_->config().d_model, opt_.warmup, opt_.lr_factor));
   return stats.mean_loss();
 }

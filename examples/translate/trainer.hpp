@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,6 +34,7 @@ struct TrainOptions {
   double label_smoothing = 0.1;
   Index warmup = 4000;
   double lr_factor = 1.0;
+  double clip_norm = 0;         ///< clip the global gradient norm to this before Adam; 0: off
   Index max_tokens = 4096;      ///< per batch
   Index tokens_per_update = 0;  ///< accumulate batches until this many target tokens; 0: one
   int vocab_size = 8000;
@@ -88,6 +90,10 @@ class Trainer {
   const TrainOptions& options() const { return opt_; }
   const CorpusSplit& data() const { return data_; }
   const std::vector<CurvePoint>& curves() const { return curves_; }
+  /// Training pairs left out because a side is longer than max_len subword tokens.
+  std::size_t skipped_pairs() const;
+  /// The global gradient norm of the last update, before clipping (NaN before the first).
+  double last_grad_norm() const { return last_grad_norm_; }
 
  private:
   void build_model();
@@ -114,6 +120,7 @@ class Trainer {
   std::vector<CurvePoint> curves_;
   Tensor<float> dlogits_;
   Index train_tokens_ = 0;  // target tokens since the last progress point, for tokens/s
+  double last_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// Builds a TransformerConfig from the preset name and overrides; ConfigError for an unknown
