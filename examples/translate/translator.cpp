@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
+#include <sstream>
 
 #include <attn/train/averaging.hpp>
 #include <attn/train/checkpoint.hpp>
+
+#include "corpus_io.hpp"
 
 namespace attn::translate {
 
@@ -39,16 +42,35 @@ std::string model_file(const std::string& dir) {
   return ckpts.back().second;
 }
 
+namespace {
+
+std::string hex_string(std::uint64_t v) {
+  std::ostringstream s;
+  s << std::hex << v;
+  return s.str();
+}
+
+}  // namespace
+
 void check_vocab_metadata(const std::map<std::string, std::string>& m, const SubwordVocab& vocab,
                           const std::string& file) {
   auto size = m.find(kVocabSizeKey), hash = m.find(kVocabHashKey);
   ATTN_CHECK(size != m.end() && hash != m.end(), FormatError, file, " lacks the ", kVocabSizeKey,
              " / ", kVocabHashKey, " metadata of the vocabulary it was trained with");
   const VocabFingerprint fp = vocab.fingerprint();
-  ATTN_CHECK(size->second == std::to_string(fp.size) && hash->second == std::to_string(fp.hash),
-             FormatError, file, " was trained with a different vocabulary: size ", size->second,
-             " hash ", hash->second, ", but the directory's vocabulary has size ", fp.size,
-             " hash ", fp.hash);
+  if (size->second == std::to_string(fp.size) && hash->second == std::to_string(fp.hash)) return;
+  // The metadata holds the hash in decimal; vocab.txt and its messages show it in hex.
+  std::string stored_hash = hash->second;
+  try {
+    std::size_t used = 0;
+    const unsigned long long h = std::stoull(stored_hash, &used);
+    if (used == stored_hash.size()) stored_hash = hex_string(h);
+  } catch (const std::exception&) {
+  }
+  throw FormatError(detail::concat(file, " was trained with a different vocabulary: expected the ",
+                                   "directory's size ", fp.size, ", spm.model hash ",
+                                   hex_string(fp.hash), ", found size ", size->second,
+                                   ", spm.model hash ", stored_hash));
 }
 
 std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
@@ -119,12 +141,18 @@ Translator::Translator(const std::string& dir) : vocab_(SubwordVocab::load(dir))
 }
 
 std::vector<std::string> Translator::translate(const std::vector<std::string>& lines,
-                                               const TranslateOptions& options) {
+                                               const TranslateOptions& options,
+                                               const std::string& input_name) {
+  // Every line is checked before the first is decoded, so a bad line costs no decoding time.
   std::vector<std::vector<TokenId>> ids(lines.size());
   for (std::size_t i = 0; i < lines.size(); ++i) {
+    const std::size_t bad = find_invalid_utf8(lines[i]);
+    ATTN_CHECK(bad == std::string::npos, DataError, input_name, " line ", i + 1,
+               ": expected UTF-8 text, found an invalid byte sequence at byte offset ", bad);
     ids[i] = vocab_.encode(lines[i]);
-    ATTN_CHECK(static_cast<Index>(ids[i].size()) <= max_len_, DataError, "input line ", i + 1,
-               " has ", ids[i].size(), " subword tokens, more than the model's max_len ", max_len_);
+    ATTN_CHECK(static_cast<Index>(ids[i].size()) <= max_len_, DataError, input_name, " line ",
+               i + 1, " has ", ids[i].size(), " subword tokens, more than the model's max_len ",
+               max_len_, " (the longest it was trained on)");
   }
   const auto out = translate_ids(*model_, ids, options);
   std::vector<std::string> text(out.size());
@@ -135,10 +163,12 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& l
 BleuScore Translator::evaluate(const std::vector<std::string>& src,
                                const std::vector<std::string>& refs,
                                const TranslateOptions& options, const BleuOptions& bleu,
-                               std::vector<std::string>* hyps) {
-  ATTN_CHECK(src.size() == refs.size(), DataError, "evaluate: ", src.size(), " source lines but ",
-             refs.size(), " reference lines");
-  std::vector<std::string> out = translate(src, options);
+                               std::vector<std::string>* hyps, const std::string& src_name) {
+  ATTN_CHECK(src.size() == refs.size(), DataError,
+             "evaluate: expected one reference per source "
+             "line, got ",
+             src.size(), " source lines and ", refs.size(), " reference lines");
+  std::vector<std::string> out = translate(src, options, src_name);
   BleuScore score = corpus_bleu(out, refs, bleu);
   if (hyps) *hyps = std::move(out);
   return score;

@@ -58,14 +58,20 @@ class Translator {
   /// describe its spm.model or whose weights were trained with another vocabulary.
   explicit Translator(const std::string& dir);
 
-  /// One output line per input line. An empty line gives an empty line; a line longer than the
-  /// model's max_len throws DataError naming the (1-based) line and the limit.
+  /// One output line per input line. An empty line gives an empty line. Before any decoding,
+  /// throws DataError naming `input_name`, the (1-based) line and the problem if a line is not
+  /// valid UTF-8 (with the byte offset) or is longer than the model's max_len (with its length
+  /// in subword tokens and the limit).
   std::vector<std::string> translate(const std::vector<std::string>& lines,
-                                     const TranslateOptions& options);
+                                     const TranslateOptions& options,
+                                     const std::string& input_name = "input");
 
+  /// BLEU of the translations of `src` against `refs`; DataError naming both counts if they
+  /// differ, and what translate() throws.
   BleuScore evaluate(const std::vector<std::string>& src, const std::vector<std::string>& refs,
                      const TranslateOptions& options, const BleuOptions& bleu,
-                     std::vector<std::string>* hyps = nullptr);
+                     std::vector<std::string>* hyps = nullptr,
+                     const std::string& src_name = "source");
 
   Transformer<float>& model() { return *model_; }
   const SubwordVocab& vocab() const { return vocab_; }
