@@ -1,5 +1,7 @@
 // attn-translate: train a Transformer translation model, translate with it, score it, average it.
-// The subcommands only parse flags; the work is in trainer.cpp and translator.cpp.
+// The subcommands only parse flags; the work is in trainer.cpp and translator.cpp. Every option's
+// --help line shows its default: CLI11's "=value" where there is one, "(default: ...)" in the
+// description for flags and for options whose absence means something (tests/test_cli.cpp).
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -27,7 +29,8 @@ std::vector<std::string> read_input(const std::string& path) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     const std::size_t bad = tr::find_invalid_utf8(line);
     ATTN_CHECK(bad == std::string::npos, attn::DataError, "<stdin> line ", lines.size() + 1,
-               ": invalid UTF-8 at byte ", bad);
+               ": expected UTF-8 text, found an invalid byte sequence at byte offset ", bad,
+               " of the line");
     lines.push_back(std::move(line));
   }
   return lines;
@@ -39,9 +42,9 @@ void write_output(const std::string& path, const std::vector<std::string>& lines
   std::cout.flush();
 }
 
-tr::CorpusSplit load_data(const tr::TrainOptions&, const std::string& src, const std::string& tgt,
-                          const std::string& vsrc, const std::string& vtgt, const std::string& tsrc,
-                          const std::string& ttgt) {
+tr::CorpusSplit load_data(const std::string& gettext_dir, const std::string& src,
+                          const std::string& tgt, const std::string& vsrc, const std::string& vtgt,
+                          const std::string& tsrc, const std::string& ttgt) {
   ATTN_CHECK(src.empty() == tgt.empty(), attn::ConfigError,
              "train: --src and --tgt go together (got --src '", src, "', --tgt '", tgt, "')");
   ATTN_CHECK(vsrc.empty() == vtgt.empty() && tsrc.empty() == ttgt.empty(), attn::ConfigError,
@@ -49,7 +52,9 @@ tr::CorpusSplit load_data(const tr::TrainOptions&, const std::string& src, const
   tr::CorpusSplit data;
   if (src.empty()) {
     tr::GettextCorpusStats stats;
-    data = tr::load_gettext_corpus({}, &stats);
+    tr::GettextCorpusOptions g;
+    g.directory = gettext_dir;
+    data = tr::load_gettext_corpus(g, &stats);
     std::cerr << "gettext corpus: " << stats.files << " catalogs, " << data.train.size()
               << " training, " << data.valid.size() << " validation, " << data.test.size()
               << " test pairs (English -> German)\n";
@@ -61,12 +66,18 @@ tr::CorpusSplit load_data(const tr::TrainOptions&, const std::string& src, const
   return data;
 }
 
+// On every subcommand too, so that each subcommand's --help lists it.
+void add_threads(CLI::App* app, int& threads) {
+  app->add_option("--threads", threads, "worker threads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+}
+
 void add_decode_flags(CLI::App* app, tr::TranslateOptions& o) {
   app->add_option("--beam", o.beam, "beam size")->capture_default_str()->check(CLI::PositiveNumber);
   app->add_option("--alpha", o.alpha, "length penalty alpha of ((5+|Y|)/6)^alpha")
       ->capture_default_str();
-  app->add_flag("--greedy", o.greedy, "greedy decoding instead of beam search")
-      ->capture_default_str();
+  app->add_flag("--greedy", o.greedy, "greedy decoding instead of beam search (default: off)");
   app->add_option("--batch-size", o.batch_size, "sentences per decoding batch")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -82,21 +93,29 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();
   int threads = 2;
-  app.add_option("--threads", threads, "worker threads")->capture_default_str();
+  add_threads(&app, threads);
 
   // train
   tr::TrainOptions t;
   std::string src, tgt, vsrc, vtgt, tsrc, ttgt;
+  std::string gettext_dir = tr::GettextCorpusOptions{}.directory;
   int show = 5;
   auto* train =
       app.add_subcommand("train", "train a model (default data: gettext English->German)");
+  add_threads(train, threads);
   train->add_option("--model-dir", t.model_dir, "output directory")->required();
-  train->add_option("--src", src, "training source file (one sentence a line)");
-  train->add_option("--tgt", tgt, "training target file");
-  train->add_option("--valid-src", vsrc, "validation source file");
-  train->add_option("--valid-tgt", vtgt, "validation target file");
-  train->add_option("--test-src", tsrc, "test source file");
-  train->add_option("--test-tgt", ttgt, "test target file");
+  train->add_option("--src", src,
+                    "training source file, one sentence a line, plain or gzip (default: none, "
+                    "train on the gettext corpus of --gettext-dir)");
+  train->add_option("--tgt", tgt, "training target file, line-aligned with --src (default: none)");
+  train->add_option("--valid-src", vsrc,
+                    "validation source file (default: none; the gettext split with --src unset)");
+  train->add_option("--valid-tgt", vtgt, "validation target file (default: none)");
+  train->add_option("--test-src", tsrc,
+                    "test source file (default: none; the gettext split with --src unset)");
+  train->add_option("--test-tgt", ttgt, "test target file (default: none)");
+  train->add_option("--gettext-dir", gettext_dir, "the .mo catalogs of the default corpus")
+      ->capture_default_str();
   train->add_option("--preset", t.preset, "model size")
       ->capture_default_str()
       ->check(CLI::IsMember({"tiny", "small", "base", "big"}));
@@ -113,6 +132,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--lr-factor", t.lr_factor, "factor of the Noam schedule")
       ->capture_default_str();
+  train
+      ->add_option("--clip-norm", t.clip_norm,
+                   "clip the global gradient norm to this before each update (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   train->add_option("--max-tokens", t.max_tokens, "padded tokens per batch")->capture_default_str();
   train
       ->add_option("--tokens-per-update", t.tokens_per_update,
@@ -139,8 +163,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--seed", t.seed, "initialisation, dropout and data order")
       ->capture_default_str();
-  train->add_flag("--resume", t.resume, "continue from the newest checkpoint of --model-dir")
-      ->capture_default_str();
+  train->add_flag("--resume", t.resume,
+                  "continue from the newest checkpoint of --model-dir, with its training "
+                  "options (default: off)");
   train->add_option("--svg", t.svg, "write curves.svg and attention.svg")->capture_default_str();
   train->add_option("--log-every", t.log_every, "progress line every N updates")
       ->capture_default_str();
@@ -148,27 +173,34 @@ int main(int argc, char** argv) {
       ->add_option("--bleu-sentences", t.bleu_sentences,
                    "validation sentences decoded for BLEU (0: all)")
       ->capture_default_str();
-  train->add_flag("--tokenize-none", t.tokenize_none, "BLEU on whitespace tokens, not 13a")
-      ->capture_default_str();
+  train->add_flag("--tokenize-none", t.tokenize_none,
+                  "BLEU on whitespace tokens, not 13a (default: off)");
   train->add_option("--show", show, "test translations printed at the end")->capture_default_str();
 
   // translate
   std::string model_dir, input = "-", output = "-";
   tr::TranslateOptions d;
   auto* translate = app.add_subcommand("translate", "translate lines with a trained model");
+  add_threads(translate, threads);
   translate->add_option("--model-dir", model_dir, "trained model directory")->required();
   translate->add_option("--input", input, "input file, - for stdin")->capture_default_str();
   translate->add_option("--output", output, "output file, - for stdout")->capture_default_str();
   add_decode_flags(translate, d);
 
   // evaluate
-  std::string ref, tokenize = "13a";
+  std::string ref, hyp, tokenize = "13a";
   bool lowercase = false;
-  auto* evaluate = app.add_subcommand("evaluate", "BLEU of a model's translations of --src");
-  evaluate->add_option("--model-dir", model_dir, "trained model directory")->required();
-  evaluate->add_option("--src", src, "source file")->required();
-  evaluate->add_option("--ref", ref, "reference translations")->required();
-  evaluate->add_flag("--lowercase", lowercase, "case-insensitive BLEU")->capture_default_str();
+  auto* evaluate = app.add_subcommand(
+      "evaluate", "BLEU of a model's translations of --src, or of the translations in --hyp");
+  add_threads(evaluate, threads);
+  evaluate->add_option("--model-dir", model_dir,
+                       "trained model directory (default: none; required without --hyp)");
+  evaluate->add_option("--src", src, "source file (default: none; required without --hyp)");
+  evaluate->add_option("--hyp", hyp,
+                       "score these translations, one a line, instead of translating --src "
+                       "(default: none)");
+  evaluate->add_option("--ref", ref, "reference translations, line-aligned")->required();
+  evaluate->add_flag("--lowercase", lowercase, "case-insensitive BLEU (default: off)");
   evaluate->add_option("--tokenize", tokenize, "BLEU tokenizer")
       ->capture_default_str()
       ->check(CLI::IsMember({"13a", "none"}));
@@ -179,17 +211,22 @@ int main(int argc, char** argv) {
   std::vector<std::string> inputs;
   std::string avg_out;
   auto* average = app.add_subcommand("average", "average checkpoints into one model file");
-  average->add_option("--model-dir", model_dir, "model directory (with --last)");
-  average->add_option("--last", last, "average the last N checkpoints into model.safetensors");
-  average->add_option("--inputs", inputs, "checkpoint files to average");
-  average->add_option("--output", avg_out, "output file (with --inputs)");
+  add_threads(average, threads);
+  average->add_option("--model-dir", model_dir, "model directory, with --last (default: none)");
+  average
+      ->add_option("--last", last,
+                   "average the last N checkpoints of --model-dir into its model.safetensors "
+                   "(0: use --inputs)")
+      ->capture_default_str();
+  average->add_option("--inputs", inputs, "checkpoint files to average (default: none)");
+  average->add_option("--output", avg_out, "output file, with --inputs (default: none)");
 
   CLI11_PARSE(app, argc, argv);
   try {
     attn::set_num_threads(threads);
     if (*train) {
       t.threads = threads;
-      tr::Trainer trainer(t, load_data(t, src, tgt, vsrc, vtgt, tsrc, ttgt));
+      tr::Trainer trainer(t, load_data(gettext_dir, src, tgt, vsrc, vtgt, tsrc, ttgt));
       trainer.train();
       trainer.finish();
       std::cerr << "model written to " << t.model_dir << "/model.safetensors\n";
@@ -203,15 +240,35 @@ int main(int argc, char** argv) {
                     << "\n  hyp: " << hyps[i] << "\n\n";
       }
     } else if (*translate) {
+      // Input first: a bad input file is reported without waiting for the model to load.
+      const std::vector<std::string> lines = read_input(input);
       tr::Translator translator(model_dir);
-      write_output(output, translator.translate(read_input(input), d));
+      write_output(output,
+                   translator.translate(lines, d, input == "-" ? "<stdin>" : "'" + input + "'"));
     } else if (*evaluate) {
-      const tr::ParallelCorpus corpus = tr::read_parallel(src, ref);
-      tr::Translator translator(model_dir);
       tr::BleuOptions b;
       b.lowercase = lowercase;
       b.tokenize = tokenize == "none" ? tr::BleuTokenizer::kNone : tr::BleuTokenizer::k13a;
-      std::cout << translator.evaluate(corpus.src, corpus.tgt, d, b).str() << '\n';
+      if (!hyp.empty()) {
+        ATTN_CHECK(model_dir.empty() && src.empty(), attn::ConfigError,
+                   "evaluate: --hyp scores existing translations; it excludes --model-dir and "
+                   "--src");
+        // An empty hypothesis is a legitimate (bad) translation, so no empty-line check here.
+        const std::vector<std::string> hyps = tr::read_lines(hyp), refs = tr::read_lines(ref);
+        ATTN_CHECK(hyps.size() == refs.size(), attn::DataError,
+                   "evaluate: expected one reference per hypothesis: '", hyp, "' has ", hyps.size(),
+                   " lines, '", ref, "' has ", refs.size());
+        std::cout << tr::corpus_bleu(hyps, refs, b).str() << '\n';
+      } else {
+        ATTN_CHECK(!model_dir.empty() && !src.empty(), attn::ConfigError,
+                   "evaluate: give --model-dir and --src (or --hyp), got --model-dir '", model_dir,
+                   "', --src '", src, "'");
+        const tr::ParallelCorpus corpus = tr::read_parallel(src, ref);
+        tr::Translator translator(model_dir);
+        std::cout
+            << translator.evaluate(corpus.src, corpus.tgt, d, b, nullptr, "'" + src + "'").str()
+            << '\n';
+      }
     } else if (*average) {
       ATTN_CHECK((last > 0) != !inputs.empty(), attn::ConfigError,
                  "average: give either --model-dir with --last N, or --inputs with --output");
