@@ -1,94 +1,33 @@
-// End-to-end pipeline of attn-translate on a tiny synthetic corpus: training through the Trainer
-// API, bit-exact resume, translation (greedy and beam), BLEU, averaging, and the error paths a
-// user meets (mismatched files, a model directory of another vocabulary, NaN loss).
+// End-to-end pipeline of attn-translate through its C++ entry points (Trainer, Translator) on a
+// tiny synthetic corpus: bit-exact resume, gradient clipping, translation (greedy and beam),
+// BLEU, averaging, and every bad input the trainer and translator must refuse with a message
+// that names what was expected and what came. The same through the binary: test_cli.cpp.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdlib>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include <attn/train/clip.hpp>
 #include <attn/train/safetensors.hpp>
 
 #include "corpus_io.hpp"
 #include "trainer.hpp"
+#include "translate_fixture.hpp"
 #include "translator.hpp"
 
 namespace tr = attn::translate;
 namespace fs = std::filesystem;
 using attn::Index;
+using namespace attn::translate::testing;
 
 namespace {
 
-// A toy "language pair": every word has a fixed translation and the target reverses the word
-// order, so the model must learn both a lexicon and attention that moves tokens.
-tr::ParallelCorpus synthetic(std::size_t n, std::uint64_t seed) {
-  static const char* kSrc[] = {"red", "blue",  "green", "cat",    "dog", "house",
-                               "big", "small", "runs",  "sleeps", "the", "a"};
-  static const char* kTgt[] = {"rot",   "blau",  "gruen",  "Katze",    "Hund", "Haus",
-                               "gross", "klein", "laeuft", "schlaeft", "der",  "ein"};
-  attn::Rng rng(seed);
-  tr::ParallelCorpus c;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::size_t len = 2 + rng.below(4);
-    std::string s, t;
-    std::vector<std::size_t> words(len);
-    for (auto& w : words) w = rng.below(12);
-    for (std::size_t k = 0; k < len; ++k) {
-      s += (k ? " " : "") + std::string(kSrc[words[k]]);
-      t += (k ? " " : "") + std::string(kTgt[words[len - 1 - k]]);
-    }
-    c.src.push_back(s);
-    c.tgt.push_back(t);
-  }
-  return c;
-}
-
-tr::CorpusSplit split() {
-  tr::CorpusSplit d;
-  d.train = synthetic(200, 1);
-  d.valid = synthetic(10, 2);
-  d.test = synthetic(10, 3);
-  return d;
-}
-
-tr::TrainOptions tiny_options(const std::string& dir) {
-  tr::TrainOptions o;
-  o.model_dir = dir;
-  o.preset = "tiny";
-  o.dropout = 0.1;  // so that resuming must restore the dropout stream too
-  o.vocab_size = 60;
-  o.max_tokens = 128;
-  o.tokens_per_update = 300;  // several batches per update: accumulation is exercised
-  o.max_len = 32;
-  o.warmup = 20;
-  o.valid_every = 0;
-  o.checkpoint_every = 0;
-  o.keep = 3;
-  o.svg = false;
-  o.quiet = true;
-  o.log_every = 10;
-  o.threads = 1;  // tiny matrices: a second thread costs more than it gives
-  return o;
-}
-
-class Pipeline : public ::testing::Test {
- protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("attn_pipeline_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  std::string dir(const std::string& name) const { return (root_ / name).string(); }
-  fs::path root_;
-};
+using Pipeline = TempDirTest;
 
 void expect_same_parameters(attn::Transformer<float>& a, attn::Transformer<float>& b) {
   const auto pa = a.parameters(), pb = b.parameters();
@@ -101,44 +40,115 @@ void expect_same_parameters(attn::Transformer<float>& a, attn::Transformer<float
   }
 }
 
-template <class E, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
+bool same_parameters(attn::Transformer<float>& a, attn::Transformer<float>& b) {
+  const auto pa = a.parameters(), pb = b.parameters();
+  for (std::size_t k = 0; k < pa.size(); ++k)
+    if (pa[k].value.vector() != pb[k].value.vector()) return false;
+  return true;
+}
+
+// Two checkpoint files hold the same tensors (weights, Adam moments, RNG state) bit for bit and
+// the same metadata (configuration, training options, data position, loss curves).
+void expect_same_checkpoint(const std::string& a, const std::string& b) {
+  const auto fa = attn::load_safetensors(a), fb = attn::load_safetensors(b);
+  EXPECT_EQ(fa.metadata(), fb.metadata());
+  ASSERT_EQ(fa.names(), fb.names());
+  for (const std::string& name : fa.names()) {
+    const auto& ia = fa.info(name);
+    const auto& ib = fb.info(name);
+    ASSERT_EQ(ia.dtype, ib.dtype) << name;
+    ASSERT_EQ(ia.shape, ib.shape) << name;
+    ASSERT_EQ(ia.end - ia.begin, ib.end - ib.begin) << name;
+    EXPECT_EQ(std::memcmp(fa.bytes(name), fb.bytes(name), ia.end - ia.begin), 0) << name;
   }
-  ADD_FAILURE() << "expected an exception";
-  return {};
+}
+
+// Trains one update into `dir` and saves it: a model directory for the error-path tests.
+void train_one_step(const tr::TrainOptions& o) {
+  tr::Trainer t(o, split());
+  t.train(1);
+  t.save_checkpoint();
 }
 
 }  // namespace
 
 TEST_F(Pipeline, ResumeContinuesBitExactly) {
   const std::string a = dir("a"), b = dir("b");
+  tr::TrainOptions o = tiny_options(a);
+  o.log_every = 1;  // every update's loss goes into the curves and so into the comparison
   {
-    tr::Trainer first(tiny_options(a), split());
+    tr::Trainer first(o, split());
     first.train(3);
     EXPECT_EQ(first.step(), 3);
     first.save_checkpoint();
   }
-  tr::TrainOptions resume = tiny_options(a);
+  tr::TrainOptions resume = o;
   resume.resume = true;
   resume.warmup = 999;  // ignored: the checkpoint's training options win on --resume
   tr::Trainer resumed(resume, split());
   EXPECT_EQ(resumed.step(), 3);
+  EXPECT_EQ(resumed.options().warmup, o.warmup);
   resumed.train(3);
-  tr::Trainer straight(tiny_options(b), split());
+  o.model_dir = b;
+  tr::Trainer straight(o, split());
   straight.train(6);
   ASSERT_EQ(resumed.step(), 6);
   ASSERT_EQ(straight.step(), 6);
   EXPECT_EQ(resumed.vocab().fingerprint(), straight.vocab().fingerprint());
+  // The loss of every update, restored ones included, is the same double.
+  ASSERT_EQ(resumed.curves().size(), 6u);
+  ASSERT_EQ(straight.curves().size(), 6u);
+  for (std::size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(resumed.curves()[i].step, straight.curves()[i].step);
+    EXPECT_EQ(resumed.curves()[i].train_loss, straight.curves()[i].train_loss) << "update " << i;
+  }
   expect_same_parameters(resumed.model(), straight.model());
   EXPECT_EQ(resumed.model().random_state().counter, straight.model().random_state().counter);
+  // Adam's moments, the data position and the metadata too: both checkpoints are identical.
+  expect_same_checkpoint(resumed.save_checkpoint(), straight.save_checkpoint());
   // A step further the weights have moved: the comparison above compares something that changes.
   const float before = straight.model().parameters()[0].value.data()[0];
   straight.train(1);
   EXPECT_NE(before, straight.model().parameters()[0].value.data()[0]);
+}
+
+TEST_F(Pipeline, ClipNormBoundsTheGradientAndSurvivesResume) {
+  tr::TrainOptions plain = tiny_options(dir("plain"));
+  tr::Trainer unclipped(plain, split());
+  unclipped.train(1);
+  const double norm = unclipped.last_grad_norm();
+  ASSERT_TRUE(std::isfinite(norm));
+  EXPECT_NEAR(attn::grad_norm(unclipped.model().parameters()), norm, 1e-6 * norm);
+
+  // A tenth of the first update's norm: every update is clipped.
+  tr::TrainOptions o = tiny_options(dir("clipped"));
+  o.clip_norm = norm / 10;
+  tr::Trainer clipped(o, split());
+  clipped.train(1);
+  EXPECT_EQ(clipped.last_grad_norm(), norm);  // reported before clipping
+  EXPECT_LE(attn::grad_norm(clipped.model().parameters()), o.clip_norm * (1 + 1e-5));
+  EXPECT_GT(attn::grad_norm(clipped.model().parameters()), o.clip_norm * (1 - 1e-4));
+  clipped.train(1);
+  clipped.save_checkpoint();
+
+  tr::TrainOptions r = o;
+  r.resume = true;
+  r.clip_norm = 0;  // ignored: the checkpoint's --clip-norm wins
+  tr::Trainer resumed(r, split());
+  EXPECT_EQ(resumed.options().clip_norm, o.clip_norm);
+  resumed.train(2);
+  o.model_dir = dir("straight");
+  tr::Trainer straight(o, split());
+  straight.train(4);
+  expect_same_parameters(resumed.model(), straight.model());
+  // Clipping changed the result, so the resumed run really kept it.
+  unclipped.train(3);
+  EXPECT_FALSE(same_parameters(unclipped.model(), straight.model()));
+
+  tr::TrainOptions bad = tiny_options(dir("bad"));
+  bad.clip_norm = -1;
+  const std::string msg = error_of<attn::ConfigError>([&] { tr::Trainer t(bad, split()); });
+  EXPECT_TRUE(contains(msg, "--clip-norm must be finite and >= 0 (0: off), got -1")) << msg;
 }
 
 TEST_F(Pipeline, TrainTranslateEvaluateAverage) {
@@ -198,15 +208,6 @@ TEST_F(Pipeline, TrainTranslateEvaluateAverage) {
   EXPECT_GT(score.hyp_len, 0);
   EXPECT_GT(score.score, 0.0);
 
-  // A line longer than the model allows names the line and the limit.
-  std::string long_line;
-  for (int i = 0; i < 40; ++i) long_line += "house ";
-  const std::string msg = error_of<attn::DataError>([&] {
-    translator.translate({"the cat", long_line}, greedy);
-  });
-  EXPECT_NE(msg.find("line 2"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("max_len 32"), std::string::npos) << msg;
-
   // Averaging by hand gives the same file as the trainer's.
   const std::string out = dir("avg.safetensors");
   tr::average_files({a + "/checkpoint_150.safetensors", a + "/checkpoint_200.safetensors"}, out);
@@ -215,41 +216,160 @@ TEST_F(Pipeline, TrainTranslateEvaluateAverage) {
               attn::load_safetensors(a + "/model.safetensors").tensor<float>(p.name).vector())
         << p.name;
   const std::string too_many = error_of<attn::ConfigError>([&] { tr::average_last(a, 9); });
-  EXPECT_NE(too_many.find("has 3"), std::string::npos) << too_many;
+  EXPECT_TRUE(contains(too_many, "asked for the last 9 checkpoints but '" + a + "' has 3"))
+      << too_many;
+}
+
+// ------------------------------------------------------------------------------ bad input
+
+TEST_F(Pipeline, TranslatorRefusesBadLinesBeforeDecoding) {
+  const std::string a = dir("a");
+  train_one_step(tiny_options(a));
+  tr::Translator translator(a);
+  ASSERT_EQ(translator.max_len(), 32);
+  tr::TranslateOptions greedy;
+  greedy.greedy = true;
+
+  std::string long_line;
+  for (int i = 0; i < 40; ++i) long_line += "house ";
+  const std::size_t tokens = translator.vocab().encode(long_line).size();
+  ASSERT_GT(tokens, 32u);
+  const std::string msg = error_of<attn::DataError>([&] {
+    translator.translate({"the cat", long_line}, greedy, "'in.txt'");
+  });
+  EXPECT_TRUE(contains(msg, "'in.txt' line 2 has " + std::to_string(tokens) +
+                                " subword tokens, more than the model's max_len 32"))
+      << msg;
+
+  const std::string utf8 = error_of<attn::DataError>([&] {
+    translator.translate({"the cat", "red \xc3\x28 dog"}, greedy);
+  });
+  EXPECT_TRUE(contains(
+      utf8, "input line 2: expected UTF-8 text, found an invalid byte sequence at byte offset 4"))
+      << utf8;
+
+  // evaluate: one reference per source line, and the source lines pass the same checks.
+  const std::string count = error_of<attn::DataError>([&] {
+    translator.evaluate({"the cat", "a dog", "red"}, {"die Katze", "ein Hund"}, greedy, {});
+  });
+  EXPECT_TRUE(contains(count, "got 3 source lines and 2 reference lines")) << count;
+  const std::string eval_long = error_of<attn::DataError>(
+      [&] { translator.evaluate({long_line}, {"Haus"}, greedy, {}, nullptr, "'test.en'"); });
+  EXPECT_TRUE(contains(eval_long, "'test.en' line 1 has " + std::to_string(tokens))) << eval_long;
 }
 
 TEST_F(Pipeline, RefusesModelDirectoryOfAnotherVocabulary) {
   const std::string a = dir("a"), b = dir("b");
   tr::TrainOptions oa = tiny_options(a), ob = tiny_options(b);
   ob.vocab_size = 70;
-  for (auto* o : {&oa, &ob}) {
-    tr::Trainer t(*o, split());
-    t.train(1);
-    t.save_checkpoint();
-  }
-  // Weights of b with a's vocabulary.
-  fs::copy_file(b + "/checkpoint_1.safetensors", a + "/checkpoint_1.safetensors",
-                fs::copy_options::overwrite_existing);
+  train_one_step(oa);
+  train_one_step(ob);
+  const tr::SubwordVocab va = tr::SubwordVocab::load(a), vb = tr::SubwordVocab::load(b);
+  ASSERT_NE(va.fingerprint(), vb.fingerprint());
+  auto hex = [](std::uint64_t h) {
+    std::ostringstream s;
+    s << std::hex << h;
+    return s.str();
+  };
+  const std::string fa = "size 60, spm.model hash " + hex(va.fingerprint().hash);
+  const std::string fb = "size 70, spm.model hash " + hex(vb.fingerprint().hash);
+
+  // Weights of b with a's vocabulary: refused by the translator and by --resume.
+  const std::string ckpt = a + "/checkpoint_1.safetensors";
+  fs::copy_file(b + "/checkpoint_1.safetensors", ckpt, fs::copy_options::overwrite_existing);
   const std::string msg = error_of<attn::FormatError>([&] { tr::Translator t(a); });
-  EXPECT_NE(msg.find("different vocabulary"), std::string::npos) << msg;
+  EXPECT_TRUE(contains(msg, ckpt +
+                                " was trained with a different vocabulary: expected the "
+                                "directory's " +
+                                fa + ", found " + fb))
+      << msg;
+  tr::TrainOptions r = oa;
+  r.resume = true;
+  const std::string resume = error_of<attn::FormatError>([&] { tr::Trainer t(r, split()); });
+  EXPECT_TRUE(contains(resume, "expected the directory's " + fa + ", found " + fb)) << resume;
+
   // vocab.txt of b beside a's spm.model.
   fs::copy_file(b + "/vocab.txt", a + "/vocab.txt", fs::copy_options::overwrite_existing);
-  EXPECT_THROW(tr::Translator t(a), attn::FormatError);
+  const std::string txt = error_of<attn::FormatError>([&] { tr::Translator t(a); });
+  EXPECT_TRUE(contains(txt, "its vocab.txt says " + fb + ", this vocabulary has " + fa)) << txt;
 }
 
-TEST_F(Pipeline, RefusesToOverwriteCheckpointsWithoutResume) {
+TEST_F(Pipeline, RefusesMissingOrTruncatedModelFiles) {
   const std::string a = dir("a");
+  tr::TrainOptions o = tiny_options(a);
   {
-    tr::Trainer t(tiny_options(a), split());
+    tr::Trainer t(o, split());
     t.train(1);
-    t.save_checkpoint();
+    t.finish();  // checkpoint_1 and model.safetensors
   }
+  const std::string model = a + "/model.safetensors", ckpt = a + "/checkpoint_1.safetensors";
+  const std::string bytes = read_file(model);
+
+  write_file(model, bytes.substr(0, bytes.size() / 2));
+  const std::string cut = error_of<attn::FormatError>([&] { tr::Translator t(a); });
+  EXPECT_TRUE(contains(cut, model)) << cut;
+
+  write_file(model, bytes.substr(0, 5));  // not even the header length
+  const std::string header = error_of<attn::FormatError>([&] { tr::Translator t(a); });
+  EXPECT_TRUE(contains(header, model)) << header;
+
+  // Without model.safetensors the newest checkpoint serves; without either, the directory is
+  // named.
+  fs::remove(model);
+  EXPECT_NO_THROW(tr::Translator t(a));
+  fs::remove(ckpt);
+  const std::string none = error_of<attn::IOError>([&] { tr::Translator t(a); });
+  EXPECT_TRUE(contains(none, "model directory '" + a +
+                                 "' has neither model.safetensors nor "
+                                 "checkpoint_<step>.safetensors"))
+      << none;
+
+  const std::string missing = dir("missing");
+  const std::string gone = error_of<attn::IOError>([&] { tr::Translator t(missing); });
+  EXPECT_TRUE(contains(gone, missing + "/spm.model")) << gone;
+}
+
+TEST_F(Pipeline, RefusesToOverwriteAModelWithoutResume) {
+  const std::string a = dir("a");
+  train_one_step(tiny_options(a));
   const std::string msg =
       error_of<attn::ConfigError>([&] { tr::Trainer t(tiny_options(a), split()); });
-  EXPECT_NE(msg.find("--resume"), std::string::npos) << msg;
+  EXPECT_TRUE(contains(msg, "already holds checkpoints; pass --resume")) << msg;
+
+  // A model whose checkpoints were averaged away keeps its vocabulary too.
+  const std::string vocab_before = read_file(a + "/spm.model");
+  tr::average_last(a, 1);
+  fs::remove(a + "/checkpoint_1.safetensors");
+  tr::TrainOptions other = tiny_options(a);
+  other.vocab_size = 70;
+  const std::string model = error_of<attn::ConfigError>([&] { tr::Trainer t(other, split()); });
+  EXPECT_TRUE(contains(model, "'" + a +
+                                  "' already holds a model (model.safetensors); pass "
+                                  "--resume"))
+      << model;
+  EXPECT_EQ(read_file(a + "/spm.model"), vocab_before);
+  EXPECT_NO_THROW(tr::Translator t(a));
+
   tr::TrainOptions r = tiny_options(dir("empty"));
   r.resume = true;
   EXPECT_THROW(tr::Trainer t(r, split()), attn::IOError);
+}
+
+TEST_F(Pipeline, OverlongTrainingPairsAreCountedOrRefused) {
+  tr::CorpusSplit d = split();
+  std::string long_src;
+  for (int i = 0; i < 40; ++i) long_src += "green house ";
+  d.train.src[7] = long_src;
+  tr::Trainer t(tiny_options(dir("a")), d);
+  EXPECT_EQ(t.skipped_pairs(), 1u);
+
+  for (auto& s : d.train.src) s = long_src;
+  const std::string msg =
+      error_of<attn::DataError>([&] { tr::Trainer u(tiny_options(dir("b")), d); });
+  EXPECT_TRUE(contains(msg,
+                       "every one of the 200 training pairs is longer than max_len 32 "
+                       "subword tokens"))
+      << msg;
 }
 
 TEST_F(Pipeline, DivergingLossNamesTheStep) {
@@ -259,24 +379,4 @@ TEST_F(Pipeline, DivergingLossNamesTheStep) {
   tr::Trainer t(o, split());
   const std::string msg = error_of<attn::NumericError>([&] { t.train(20); });
   EXPECT_TRUE(std::regex_search(msg, std::regex("step [0-9]+"))) << msg;
-}
-
-TEST_F(Pipeline, MismatchedParallelFilesAreAOneLineErrorFromTheCli) {
-  const std::string src = dir("src.txt"), tgt = dir("tgt.txt"), model = dir("model");
-  std::ofstream(src) << "one\ntwo\nthree\n";
-  std::ofstream(tgt) << "eins\nzwei\n";
-  EXPECT_THROW(tr::read_parallel(src, tgt), attn::DataError);
-  const std::string log = dir("stderr.txt");
-  const std::string cmd = std::string(ATTN_TRANSLATE_BIN) + " train --model-dir " + model +
-                          " --src " + src + " --tgt " + tgt + " --steps 1 2> " + log;
-  const int rc = std::system(cmd.c_str());
-  ASSERT_TRUE(WIFEXITED(rc));
-  EXPECT_EQ(WEXITSTATUS(rc), 1);
-  std::ifstream in(log);
-  std::vector<std::string> lines;
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
-  ASSERT_EQ(lines.size(), 1u);
-  EXPECT_EQ(lines[0].rfind("attn-translate: error: ", 0), 0u) << lines[0];
-  EXPECT_NE(lines[0].find("3"), std::string::npos) << lines[0];
-  EXPECT_FALSE(fs::exists(model));
 }

@@ -1,0 +1,370 @@
+// The attn-translate binary itself: every subcommand's --help shows every option's default, the
+// whole pipeline (train, resume, translate, evaluate, average) runs from the command line and
+// resumes bit-exactly, and bad input ends the process with exit code 1, one line
+// "attn-translate: error: ..." naming what was expected and what came, and nothing written.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "corpus_io.hpp"
+#include "gettext_corpus.hpp"
+#include "trainer.hpp"
+#include "translate_fixture.hpp"
+#include "translator.hpp"
+
+namespace tr = attn::translate;
+namespace fs = std::filesystem;
+using namespace attn::translate::testing;
+
+namespace {
+
+// ---------------------------------------------------------------------------- --help parsing
+
+// One option of a CLI11 help page: "  --name TYPE=default REQUIRED   description", where the
+// description may continue on the next lines.
+struct HelpEntry {
+  std::string name;          // "--beam"
+  std::string type;          // "INT:POSITIVE=4", empty for a flag
+  bool has_default = false;  // "=value" in the type
+  std::string default_value;
+  bool required = false;
+  std::string description;
+};
+
+std::map<std::string, HelpEntry> parse_help(const std::string& text) {
+  static const std::regex option(
+      R"(^  (-[^ ]+)(?: ((?:INT|UINT|FLOAT|TEXT|BOOLEAN)[^ ]*))?(?: (REQUIRED))?(?: \.\.\.)? *(.*)$)");
+  std::map<std::string, HelpEntry> entries;
+  HelpEntry* last = nullptr;
+  std::istringstream in(text);
+  bool in_options = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line == "Options:") {
+      in_options = true;
+      continue;
+    }
+    if (!in_options) continue;
+    if (line.empty() || line.back() == ':') break;  // "Subcommands:"
+    std::smatch m;
+    if (std::regex_match(line, m, option)) {
+      std::string name = m[1];
+      name = name.substr(name.rfind(',') == std::string::npos ? 0 : name.rfind(',') + 1);
+      HelpEntry e;
+      e.name = name;
+      e.type = m[2];
+      const std::size_t eq = e.type.rfind('=');
+      e.has_default = eq != std::string::npos;
+      if (e.has_default) e.default_value = e.type.substr(eq + 1);
+      e.required = m[3].matched;
+      e.description = m[4];
+      last = &(entries[name] = e);
+    } else if (last != nullptr) {
+      last->description += " " + line.substr(line.find_first_not_of(' '));
+    } else {
+      ADD_FAILURE() << "unexpected help line: " << line;
+    }
+  }
+  return entries;
+}
+
+template <class T>
+std::string str(T v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+// The defaults of the option structs as --help must show them.
+std::map<std::string, std::string> train_defaults() {
+  const tr::TrainOptions o;
+  return {{"--preset", o.preset},
+          {"--d-model", str(o.d_model)},
+          {"--layers", str(o.layers)},
+          {"--heads", str(o.heads)},
+          {"--d-ff", str(o.d_ff)},
+          {"--dropout", str(o.dropout)},
+          {"--label-smoothing", str(o.label_smoothing)},
+          {"--warmup", str(o.warmup)},
+          {"--lr-factor", str(o.lr_factor)},
+          {"--clip-norm", str(o.clip_norm)},
+          {"--max-tokens", str(o.max_tokens)},
+          {"--tokens-per-update", str(o.tokens_per_update)},
+          {"--vocab-size", str(o.vocab_size)},
+          {"--max-len", str(o.max_len)},
+          {"--steps", str(o.steps)},
+          {"--minutes", str(o.minutes)},
+          {"--valid-every", str(o.valid_every)},
+          {"--checkpoint-every", str(o.checkpoint_every)},
+          {"--keep", str(o.keep)},
+          {"--average", str(o.average)},
+          {"--seed", str(o.seed)},
+          {"--svg", str(o.svg)},
+          {"--log-every", str(o.log_every)},
+          {"--bleu-sentences", str(o.bleu_sentences)},
+          {"--gettext-dir", tr::GettextCorpusOptions{}.directory},
+          {"--threads", str(o.threads)}};
+}
+
+std::map<std::string, std::string> decode_defaults() {
+  const tr::TranslateOptions o;
+  return {{"--beam", str(o.beam)},
+          {"--alpha", str(o.alpha)},
+          {"--batch-size", str(o.batch_size)},
+          {"--max-extra-length", str(o.max_extra_length)},
+          {"--threads", "2"}};
+}
+
+}  // namespace
+
+class Cli : public TempDirTest {
+ protected:
+  // One small trained model for the translate and evaluate tests of the whole suite.
+  static void SetUpTestSuite() {
+    suite_dir_ = fs::temp_directory_path() / ("attn_translate_cli_" + std::to_string(::getpid()));
+    fs::remove_all(suite_dir_);
+    tr::TrainOptions o = tiny_options((suite_dir_ / "model").string());
+    tr::Trainer t(o, split());
+    t.train(5);
+    t.finish();
+  }
+  static void TearDownTestSuite() { fs::remove_all(suite_dir_); }
+  static std::string model() { return (suite_dir_ / "model").string(); }
+
+  CliResult run(const std::string& args, const std::string& stdin_path = "/dev/null") {
+    return run_cli(args, root_.string(), stdin_path);
+  }
+  // Exit code 1 and exactly one stderr line: "attn-translate: error: " + a message holding
+  // every part of `expected`.
+  void expect_error(const CliResult& r, const std::vector<std::string>& expected) {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    const auto lines = r.err_lines();
+    ASSERT_EQ(lines.size(), 1u) << r.err;
+    EXPECT_EQ(lines[0].rfind("attn-translate: error: ", 0), 0u) << lines[0];
+    for (const std::string& part : expected) EXPECT_TRUE(contains(lines[0], part)) << lines[0];
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+
+  static fs::path suite_dir_;
+};
+fs::path Cli::suite_dir_;
+
+TEST_F(Cli, EverySubcommandHelpShowsThreadsAndEveryDefault) {
+  const std::map<std::string, std::map<std::string, std::string>> expected = {
+      {"", {{"--threads", "2"}}},
+      {"train", train_defaults()},
+      {"translate", decode_defaults()},
+      {"evaluate", decode_defaults()},
+      {"average", {{"--threads", "2"}, {"--last", "0"}}}};
+  for (const auto& [sub, defaults] : expected) {
+    SCOPED_TRACE("attn-translate " + sub + " --help");
+    const CliResult r = run(sub + " --help");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const auto entries = parse_help(r.out);
+    ASSERT_GE(entries.size(), 2u) << r.out;
+    for (const auto& [name, value] : defaults) {
+      auto it = entries.find(name);
+      ASSERT_NE(it, entries.end()) << name << " missing from\n" << r.out;
+      EXPECT_TRUE(it->second.has_default) << name << " shows no default";
+      EXPECT_EQ(it->second.default_value, value) << name;
+    }
+    // Whatever else is listed says its default too: a value, REQUIRED, or "(default: ...)" for
+    // flags and for options whose absence means something.
+    for (const auto& [name, e] : entries) {
+      if (name == "--help") continue;
+      EXPECT_TRUE(e.has_default || e.required || contains(e.description, "(default: "))
+          << name << " " << e.type << " " << e.description;
+      if (e.type.empty()) EXPECT_TRUE(contains(e.description, "(default: off)")) << name;
+    }
+  }
+}
+
+TEST_F(Cli, TrainResumeTranslateEvaluateAverage) {
+  const tr::CorpusSplit d = split();
+  const std::string src = dir("train.en"), tgt = dir("train.de");
+  const std::string test_src = dir("test.en"), test_tgt = dir("test.de");
+  tr::write_lines(src, d.train.src);
+  tr::write_lines(tgt, d.train.tgt);
+  tr::write_lines(test_src, d.test.src);
+  tr::write_lines(test_tgt, d.test.tgt);
+  const std::string common =
+      "--threads 1 --src " + src + " --tgt " + tgt +
+      " --preset tiny --dropout 0.1 --vocab-size 60 --max-tokens 128 "
+      "--tokens-per-update 300 --max-len 32 --valid-every 0 --checkpoint-every 0 "
+      "--svg 0 --log-every 1";
+  const std::string clip = " --warmup 20 --clip-norm 0.5";
+  const std::string a = dir("a"), b = dir("b");
+  CliResult r = run("train --model-dir " + a + " --steps 2 " + common + clip);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The stored training options win on --resume: a different --clip-norm and --warmup are ignored.
+  r = run("train --model-dir " + a + " --steps 4 --resume " + common + " --clip-norm 0 --warmup 7");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = run("train --model-dir " + b + " --steps 4 " + common + clip);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "step 4 | loss ")) << r.err;
+  // Interrupted and uninterrupted runs write the same bytes: weights, Adam, RNG, data position,
+  // options and every update's loss.
+  for (const char* f : {"checkpoint_4.safetensors", "model.safetensors", "spm.model"}) {
+    const std::string x = read_file(a + "/" + f);
+    EXPECT_FALSE(x.empty()) << f;
+    EXPECT_TRUE(x == read_file(b + "/" + f)) << f;
+  }
+
+  // translate: stdin to stdout keeps one line per line, empty ones included.
+  const std::string in = dir("in.txt");
+  write_file(in, "the red cat\n\na big dog sleeps\n");
+  r = run("translate --threads 1 --greedy --model-dir " + a, in);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = [&] {
+    std::vector<std::string> v;
+    std::istringstream s(r.out);
+    for (std::string l; std::getline(s, l);) v.push_back(l);
+    return v;
+  }();
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_EQ(lines[1], "");
+  // Files in and out, beam search: the same model gives what the library gives.
+  const std::string out = dir("out.txt");
+  r = run("translate --threads 1 --model-dir " + a + " --input " + test_src + " --output " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  tr::Translator translator(a);
+  EXPECT_EQ(tr::read_lines(out), translator.translate(d.test.src, tr::TranslateOptions{}));
+
+  // evaluate: with the model, and of the hypotheses just written.
+  r = run("evaluate --threads 1 --model-dir " + a + " --src " + test_src + " --ref " + test_tgt);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("BLEU = ", 0), 0u) << r.out;
+  const CliResult hyp = run("evaluate --hyp " + out + " --ref " + test_tgt);
+  ASSERT_EQ(hyp.exit_code, 0) << hyp.err;
+  EXPECT_EQ(hyp.out, r.out);  // the same translations, the same score
+  r = run("evaluate --hyp " + test_tgt + " --ref " + test_tgt);
+  EXPECT_EQ(r.out.rfind("BLEU = 100.00", 0), 0u) << r.out;
+
+  // average: the last two checkpoints (steps 2 and 4) into model.safetensors.
+  r = run("average --model-dir " + a + " --last 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "averaged 2 checkpoints")) << r.err;
+  EXPECT_FALSE(read_file(a + "/model.safetensors") == read_file(b + "/model.safetensors"));
+}
+
+TEST_F(Cli, BadTrainingDataIsRefusedAndNothingIsWritten) {
+  const std::string model = dir("model"), good_en = dir("good.en"), good_de = dir("good.de");
+  write_file(good_en, "one\ntwo\nthree\n");
+  write_file(good_de, "eins\nzwei\ndrei\n");
+  auto train = [&](const std::string& src, const std::string& tgt) {
+    return run("train --threads 1 --model-dir " + model + " --src " + src + " --tgt " + tgt +
+               " --steps 1");
+  };
+
+  const std::string missing = dir("missing.en");
+  expect_error(train(missing, good_de), {"cannot open '" + missing + "' for reading"});
+
+  const std::string directory = dir("a_directory");
+  fs::create_directories(directory);
+  expect_error(train(good_en, directory), {"cannot read '" + directory + "'"});
+
+  const std::string two = dir("two.de");
+  write_file(two, "eins\nzwei\n");
+  expect_error(train(good_en, two), {"parallel files must have the same number of lines",
+                                     "'" + good_en + "' has 3", "'" + two + "' has 2"});
+
+  const std::string empty = dir("empty.de");
+  write_file(empty, "eins\n \ndrei\n");
+  expect_error(train(good_en, empty),
+               {"'" + empty + "' line 2: expected a sentence, found an empty line"});
+
+  const std::string bad = dir("bad.en");
+  write_file(bad,
+             "one\ntwo\nthr\xe9"
+             "e\n");  // Latin-1, not UTF-8
+  expect_error(train(bad, good_de),
+               {"'" + bad +
+                "' line 3: expected UTF-8 text, found an invalid byte sequence at "
+                "byte offset 3 of the line (byte 0xe9)"});
+
+  expect_error(run("train --threads 1 --model-dir " + model + " --src " + good_en),
+               {"--src and --tgt go together"});
+  EXPECT_FALSE(fs::exists(model));
+}
+
+TEST_F(Cli, CorruptGettextCatalogIsNamed) {
+  const std::string model = dir("model"), mo = dir("mo");
+  fs::create_directories(mo);
+  auto train = [&] {
+    return run("train --threads 1 --model-dir " + model + " --gettext-dir " + mo + " --steps 1");
+  };
+  const std::string file = mo + "/broken.mo";
+  write_file(file, "0123456789");
+  expect_error(train(), {"'" + file + "': expected a .mo header of 28 bytes, the file has 10"});
+  write_file(file, std::string(28, 'X'));
+  expect_error(train(),
+               {"'" + file + "': not a .mo file: expected magic 0x950412de", "found 0x58585858"});
+  // A valid header announcing 5 strings in a file that ends after the header.
+  std::string header(28, '\0');
+  const unsigned char fields[] = {0xde, 0x12, 0x04, 0x95, 0, 0, 0, 0, 5, 0, 0,  0, 28, 0,
+                                  0,    0,    68,   0,    0, 0, 0, 0, 0, 0, 28, 0, 0,  0};
+  for (std::size_t i = 0; i < header.size(); ++i) header[i] = static_cast<char>(fields[i]);
+  write_file(file, header);
+  expect_error(train(), {"'" + file +
+                         "': the original table of 5 entries at offset 28 ends at "
+                         "byte 68, beyond the end of the file (28 bytes)"});
+  EXPECT_FALSE(fs::exists(model));
+  expect_error(run("train --threads 1 --model-dir " + model + " --gettext-dir " + dir("none")),
+               {"cannot list the gettext catalogs in '" + dir("none") + "'"});
+}
+
+TEST_F(Cli, BadTranslateInputIsRefusedAndTheOutputKept) {
+  const std::string out = dir("out.txt");
+  write_file(out, "previous results\n");
+  auto translate = [&](const std::string& args, const std::string& in = "/dev/null") {
+    return run(
+        "translate --threads 1 --greedy --model-dir " + model() + " --output " + out + " " + args,
+        in);
+  };
+  const std::string missing = dir("missing.txt");
+  expect_error(translate("--input " + missing), {"cannot open '" + missing + "' for reading"});
+
+  const std::string bad = dir("bad.txt");
+  write_file(bad, "the cat\nred \xc3\x28 dog\n");
+  expect_error(translate("", bad),
+               {"<stdin> line 2: expected UTF-8 text, found an invalid byte sequence at byte "
+                "offset 4"});
+  expect_error(translate("--input " + bad),
+               {"'" + bad +
+                "' line 2: expected UTF-8 text, found an invalid byte sequence at "
+                "byte offset 4"});
+
+  std::string long_line;
+  for (int i = 0; i < 40; ++i) long_line += "house ";
+  const std::string too_long = dir("long.txt");
+  write_file(too_long, "the cat\n\n" + long_line + "\n");
+  const std::size_t tokens = tr::Translator(model()).vocab().encode(long_line).size();
+  expect_error(translate("--input " + too_long),
+               {"'" + too_long + "' line 3 has " + std::to_string(tokens) +
+                " subword tokens, more than the model's max_len 32"});
+  expect_error(translate("", too_long), {"<stdin> line 3 has " + std::to_string(tokens)});
+
+  const std::string no_model = dir("no_model");
+  expect_error(run("translate --model-dir " + no_model),
+               {"cannot open '" + no_model + "/spm.model' for reading"});
+  EXPECT_EQ(read_file(out), "previous results\n");
+}
+
+TEST_F(Cli, EvaluateRefusesMisalignedFiles) {
+  const std::string src = dir("test.en"), ref = dir("test.de"), hyp = dir("hyp.de");
+  write_file(src, "the cat\na dog\nred\n");
+  write_file(ref, "die Katze\nein Hund\n");
+  write_file(hyp, "Katze\n\nrot\n");  // an empty hypothesis is allowed
+  expect_error(run("evaluate --model-dir " + model() + " --src " + src + " --ref " + ref),
+               {"'" + src + "' has 3", "'" + ref + "' has 2"});
+  expect_error(
+      run("evaluate --hyp " + hyp + " --ref " + ref),
+      {"expected one reference per hypothesis: '" + hyp + "' has 3 lines, '" + ref + "' has 2"});
+  expect_error(run("evaluate --ref " + ref), {"evaluate: give --model-dir and --src (or --hyp)"});
+  expect_error(run("evaluate --hyp " + hyp + " --src " + src + " --ref " + ref),
+               {"--hyp scores existing translations; it excludes --model-dir and --src"});
+}

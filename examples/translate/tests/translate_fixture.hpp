@@ -1,0 +1,153 @@
+// Shared by the attn-translate pipeline and CLI tests: a tiny synthetic corpus, options that train
+// on it in milliseconds, a per-test temporary directory, and a runner for the attn-translate
+// binary (its path comes from CMake as ATTN_TRANSLATE_BIN).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <attn/random.hpp>
+
+#include "corpus_io.hpp"
+#include "trainer.hpp"
+
+namespace attn::translate::testing {
+
+namespace fs = std::filesystem;
+
+// A toy "language pair": every word has a fixed translation and the target reverses the word
+// order, so the model must learn both a lexicon and attention that moves tokens.
+inline ParallelCorpus synthetic(std::size_t n, std::uint64_t seed) {
+  static const char* kSrc[] = {"red", "blue",  "green", "cat",    "dog", "house",
+                               "big", "small", "runs",  "sleeps", "the", "a"};
+  static const char* kTgt[] = {"rot",   "blau",  "gruen",  "Katze",    "Hund", "Haus",
+                               "gross", "klein", "laeuft", "schlaeft", "der",  "ein"};
+  Rng rng(seed);
+  ParallelCorpus c;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t len = 2 + rng.below(4);
+    std::string s, t;
+    std::vector<std::size_t> words(len);
+    for (auto& w : words) w = rng.below(12);
+    for (std::size_t k = 0; k < len; ++k) {
+      s += (k ? " " : "") + std::string(kSrc[words[k]]);
+      t += (k ? " " : "") + std::string(kTgt[words[len - 1 - k]]);
+    }
+    c.src.push_back(s);
+    c.tgt.push_back(t);
+  }
+  return c;
+}
+
+inline CorpusSplit split() {
+  CorpusSplit d;
+  d.train = synthetic(200, 1);
+  d.valid = synthetic(10, 2);
+  d.test = synthetic(10, 3);
+  return d;
+}
+
+inline TrainOptions tiny_options(const std::string& dir) {
+  TrainOptions o;
+  o.model_dir = dir;
+  o.preset = "tiny";
+  o.dropout = 0.1;  // so that resuming must restore the dropout stream too
+  o.vocab_size = 60;
+  o.max_tokens = 128;
+  o.tokens_per_update = 300;  // several batches per update: accumulation is exercised
+  o.max_len = 32;
+  o.warmup = 20;
+  o.valid_every = 0;
+  o.checkpoint_every = 0;
+  o.keep = 3;
+  o.svg = false;
+  o.quiet = true;
+  o.log_every = 10;
+  o.threads = 1;  // tiny matrices: a second thread costs more than it gives
+  return o;
+}
+
+/// A fresh directory per test, named after the process and the test, removed afterwards.
+class TempDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    root_ = fs::temp_directory_path() / ("attn_translate_" + std::to_string(::getpid()) + "_" +
+                                         info->test_suite_name() + "_" + info->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  std::string dir(const std::string& name) const { return (root_ / name).string(); }
+  fs::path root_;
+};
+
+/// The message of the E that f() throws; a test failure if it throws nothing or something else.
+template <class E, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+    return {};
+  }
+  ADD_FAILURE() << "expected an exception";
+  return {};
+}
+
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out, err;
+  /// The lines of stderr.
+  std::vector<std::string> err_lines() const {
+    std::vector<std::string> lines;
+    std::size_t start = 0;
+    while (start < err.size()) {
+      std::size_t end = err.find('\n', start);
+      if (end == std::string::npos) end = err.size();
+      lines.push_back(err.substr(start, end - start));
+      start = end + 1;
+    }
+    return lines;
+  }
+};
+
+/// Runs `attn-translate <args>` with stdin from `stdin_path` (or /dev/null); `scratch` is a
+/// directory for the captured output. Arguments go through the shell: keep them free of spaces.
+inline CliResult run_cli(const std::string& args, const std::string& scratch,
+                         const std::string& stdin_path = "/dev/null") {
+  const std::string out = scratch + "/cli.stdout", err = scratch + "/cli.stderr";
+  const std::string cmd = std::string(ATTN_TRANSLATE_BIN) + " " + args + " < " + stdin_path +
+                          " > " + out + " 2> " + err;
+  const int rc = std::system(cmd.c_str());
+  CliResult r;
+  if (WIFEXITED(rc)) r.exit_code = WEXITSTATUS(rc);
+  r.out = read_file(out);
+  r.err = read_file(err);
+  return r;
+}
+
+}  // namespace attn::translate::testing
