@@ -317,6 +317,16 @@ TEST_F(Pipeline, RefusesMissingOrTruncatedModelFiles) {
   // named.
   fs::remove(model);
   EXPECT_NO_THROW(tr::Translator t(a));
+
+  // A truncated newest checkpoint is named, not silently replaced by an older one.
+  const std::string ckpt_bytes = read_file(ckpt);
+  write_file(ckpt, ckpt_bytes.substr(0, ckpt_bytes.size() - 100));
+  tr::TrainOptions r = o;
+  r.resume = true;
+  const std::string resume = error_of<attn::FormatError>([&] { tr::Trainer t(r, split()); });
+  EXPECT_TRUE(contains(resume, ckpt)) << resume;
+  const std::string translate = error_of<attn::FormatError>([&] { tr::Translator t(a); });
+  EXPECT_TRUE(contains(translate, ckpt)) << translate;
   fs::remove(ckpt);
   const std::string none = error_of<attn::IOError>([&] { tr::Translator t(a); });
   EXPECT_TRUE(contains(none, "model directory '" + a +
