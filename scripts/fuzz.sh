@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (fuzz/) with clang, ASan and UBSan, and runs each for
+# ${FUZZ_SECONDS:-60} seconds on a working copy of its corpus: fuzz/corpus/<target>, the seeds
+# attn_fuzz_make_seeds writes, and (for .mo) a few small catalogs from /usr/share/locale.
+# New inputs stay in build-fuzz/corpus; crashes go to build-fuzz/artifacts/<target>/ and make the
+# script fail. Usage: [FUZZ_SECONDS=60] [JOBS=N] bash scripts/fuzz.sh [target...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
+seconds=${FUZZ_SECONDS:-60}
+jobs=${JOBS:-$(nproc)}
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(mo_catalog safetensors)
+
+if ! command -v clang++ >/dev/null || ! clang++ -fsanitize=fuzzer -x c++ - -o /dev/null \
+  <<<'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' 2>/dev/null
+then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  # Debian's clang does not pull in the compiler-rt runtimes that hold libFuzzer and the sanitizers.
+  $SUDO apt-get install -y -qq --no-install-recommends clang libclang-rt-dev >/dev/null ||
+    $SUDO apt-get install -y -qq --no-install-recommends clang "libclang-rt-$(clang++ -dumpversion |
+      cut -d. -f1)-dev" >/dev/null
+fi
+
+cmake -S . -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DATTN_BUILD_FUZZERS=ON -DATTN_BUILD_TESTS=OFF -DATTN_BUILD_BENCHMARKS=OFF \
+  -DATTN_BUILD_EXAMPLES=OFF -DATTN_INSTALL=OFF >/dev/null
+cmake --build "$build" -j"$jobs" --target attn_fuzz_make_seeds "${targets[@]/#/fuzz_}"
+
+"$build/fuzz/attn_fuzz_make_seeds" "$build/seeds" >/dev/null
+status=0
+for target in "${targets[@]}"; do
+  corpus=$build/corpus/$target
+  artifacts=$build/artifacts/$target
+  mkdir -p "$corpus" "$artifacts"
+  cp "$root/fuzz/corpus/$target/"* "$corpus/"
+  for seed in "$build/seeds/$target/"*; do cp "$seed" "$corpus/generated_$(basename "$seed")"; done
+  if [ "$target" = mo_catalog ] && [ -d /usr/share/locale ]; then
+    mapfile -t catalogs < <(find /usr/share/locale -name '*.mo' -size -8k 2>/dev/null | sort)
+    for mo in "${catalogs[@]:0:20}"; do
+      cp "$mo" "$corpus/system_$(echo "$mo" | md5sum | cut -c1-12).mo"
+    done
+  fi
+  dict=()
+  [ -f "$root/fuzz/$target.dict" ] && dict=(-dict="$root/fuzz/$target.dict")
+  echo "== fuzz_$target for ${seconds}s (corpus $corpus)"
+  if ! "$build/fuzz/fuzz_$target" "${dict[@]}" -max_total_time="$seconds" -max_len=8192 \
+    -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 -artifact_prefix="$artifacts/" \
+    "$corpus" 2>"$build/fuzz_$target.log"; then
+    status=1
+    echo "fuzz_$target FAILED; see $build/fuzz_$target.log and $artifacts/" >&2
+  fi
+  grep -E '^#[0-9]+[[:space:]]+DONE|^stat::number_of_executed_units|^stat::average_exec_per_sec|^stat::peak_rss_mb' \
+    "$build/fuzz_$target.log" || true
+done
+exit $status
