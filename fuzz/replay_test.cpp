@@ -142,6 +142,30 @@ TEST(FuzzReplay, MoCommittedCorpusAndMutations) {
   std::cout << inputs.size() << " .mo inputs\n";
 }
 
+TEST(MoRegression, EntriesSharingOneLongStringAreRefused) {
+  // 256 entries whose originals and translations all point at one 64 KB string: a 66 KB file that
+  // used to be copied into 32 MB of strings (a 1 MB one into 32 GB: std::bad_alloc).
+  const std::uint32_t n = 256, length = 64 * 1024, strings = 28 + 16 * n;
+  std::string mo;
+  auto put = [&](std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) mo.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  for (std::uint32_t v : {0x950412deu, 0u, n, 28u, 28 + 8 * n, 0u, 0u}) put(v);
+  for (std::uint32_t i = 0; i < 2 * n; ++i) put(length), put(strings);
+  mo += std::string(length, 'x') + '\0';
+  EXPECT_EQ(run_mo(mo), Outcome::rejected);
+  try {
+    translate::parse_mo(mo, "shared.mo");
+    ADD_FAILURE() << "no exception";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("'shared.mo': the strings of entries 0 to 0 take 131074 "
+                                         "bytes with their NULs, more than the file holds (69661 "
+                                         "bytes): strings overlap"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // ---------------------------------------------------------------------------------- safetensors
 
 /// `bytes` with its JSON header replaced by `header` (length field updated, data kept).

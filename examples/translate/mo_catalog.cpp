@@ -104,9 +104,17 @@ MoCatalog parse_mo(std::string_view bytes, const std::string& name) {
              hash_offset + 4 * hash_size, ", beyond the end of the file (", size, " bytes)");
 
   catalog.entries.reserve(count);
+  // msgfmt writes every string as a region of its own, so together they fit in the file. Without
+  // this bound, entries all pointing at one long string would copy it again and again: a 1 MB file
+  // could ask for tens of gigabytes (std::bad_alloc instead of FormatError).
+  std::uint64_t referenced = 0;
   for (std::uint64_t i = 0; i < count; ++i) {
     std::string_view original = in.string_at(originals, i, "original");
     const std::string_view translation = in.string_at(translations, i, "translation");
+    referenced += original.size() + translation.size() + 2;
+    ATTN_CHECK(referenced <= size, FormatError, "'", name, "': the strings of entries 0 to ", i,
+               " take ", referenced, " bytes with their NULs, more than the file holds (", size,
+               " bytes): strings overlap");
     MoEntry entry;
     const std::size_t eot = original.find('\x04');
     if (eot != std::string_view::npos) {
