@@ -10,6 +10,7 @@
 //   dloss/dx_j = p_j - q_j
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -36,6 +37,7 @@ void cross_entropy_forward_backward(T* dlogits, double* loss, double* nll, const
   using Row = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
   using RowOut = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
   const double nan = std::numeric_limits<double>::quiet_NaN();
+  constexpr Index kChunk = 256;
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (N * V > 16384)
 #endif
@@ -55,18 +57,27 @@ void cross_entropy_forward_backward(T* dlogits, double* loss, double* nll, const
       continue;
     }
     const T m = x.maxCoeff();
-    // exp(x - max) <= 1, so the sum cannot overflow; summed in double for float accuracy.
-    const double sum_exp = (x - m).exp().template cast<double>().sum();
+    // e_j = exp(x_j - max) <= 1, so the sum cannot overflow. The exponentials are computed with
+    // Eigen's vectorised exp a chunk at a time (into the gradient row when there is one, so the
+    // gradient reuses them) and each chunk's float sum is accumulated in double.
+    T chunk_buffer[kChunk];
+    double sum_exp = 0.0;
+    for (Index c = 0; c < V; c += kChunk) {
+      const Index n = std::min(kChunk, V - c);
+      T* e_ptr = dlogits != nullptr ? dlogits + r * V + c : chunk_buffer;
+      RowOut e(e_ptr, n);
+      e = (x.segment(c, n) - m).exp();
+      sum_exp += static_cast<double>(e.sum());
+    }
     const double lse = static_cast<double>(m) + std::log(sum_exp);
     nll[r] = lse - static_cast<double>(x(t));
     loss[r] = (1.0 - eps) * nll[r] + eps * (lse - sum_x / static_cast<double>(V));
     if (dlogits != nullptr) {
-      // dx_j = scale (exp(x_j - lse) - eps/V) - scale (1 - eps) [j == t]
+      // dx_j = scale (e_j / sum_exp - eps/V) - scale (1 - eps) [j == t]
       RowOut d(dlogits + r * V, V);
-      const T shift = static_cast<T>(lse);
-      const T s = static_cast<T>(scale);
+      const T s = static_cast<T>(scale / sum_exp);
       const T uniform = static_cast<T>(scale * eps / static_cast<double>(V));
-      d = (x - shift).exp() * s - uniform;
+      d = d * s - uniform;
       d(t) -= static_cast<T>(scale * (1.0 - eps));
     }
   }
