@@ -1,6 +1,7 @@
 // Affine map over the rows of a matrix: y = x W^T + b, PyTorch's nn.Linear layout (W is [O, I]).
 #pragma once
 
+#include "attn/kernels/gemm.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::kernels {
@@ -9,7 +10,7 @@ namespace attn::kernels {
 template <class T>
 void linear_forward(MatrixRef<T> y, const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w,
                     const T* b) {
-  y.noalias() = x * w.transpose();
+  gemm(y, x, w.transpose(), false);
   if (b != nullptr)
     y.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(b, w.rows());
 }
@@ -21,8 +22,8 @@ void linear_forward(MatrixRef<T> y, const ConstMatrixRef<T>& x, const ConstMatri
 template <class T>
 void linear_backward(MatrixRef<T> dx, MatrixRef<T> dw, T* db, const ConstMatrixRef<T>& dy,
                      const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w) {
-  if (dx.rows() > 0) dx.noalias() = dy * w;
-  dw.noalias() += dy.transpose() * x;
+  if (dx.rows() > 0) gemm(dx, dy, w, false);
+  gemm(dw, dy.transpose(), x, true);
   if (db != nullptr)
     Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(db, dw.rows()).noalias() += dy.colwise().sum();
 }
