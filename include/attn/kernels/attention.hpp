@@ -90,6 +90,41 @@ inline Index visible_keys(bool causal, Index t, Index Tq, Index S) {
   return causal ? t + 1 + (S - Tq) : S;
 }
 
+/// Runs body(scratch, b, h, pad) for every (batch row b, head h) pair, where pad is row b's key
+/// padding bias (nullptr without padding): in parallel over the pairs, each thread with its own
+/// scratch, when the work is worth waking a thread team.
+template <class T, class Body>
+void for_each_head(const AttentionShape& shape, const AttentionMask<T>& mask, bool backward,
+                   bool drop, Body body) {
+  const Index pairs = shape.batch * shape.heads;
+  const Index work = pairs * shape.queries * shape.keys * shape.head_dim;
+#if defined(_OPENMP)
+#pragma omp parallel if (pairs > 1 && work >= kAttentionParallelMinWork)
+#endif
+  {
+    AttentionScratch<T> scratch(std::min(kAttentionQueryBlock, shape.queries), shape.keys, backward,
+                                drop);
+#if defined(_OPENMP)
+#pragma omp for schedule(static)
+#endif
+    for (Index bh = 0; bh < pairs; ++bh) {
+      const Index b = bh / shape.heads;
+      body(scratch, b, bh % shape.heads, key_padding_bias(scratch, mask.key_padding, b));
+    }
+  }
+}
+
+/// Calls block(t0, nt, ns) for each block of query rows [t0, t0 + nt) of one head, where ns is the
+/// number of keys the block's last row may see (S unless causal).
+template <class Block>
+void for_each_query_block(Index Tq, Index S, bool causal, Block block) {
+  const Index rows = std::min(kAttentionQueryBlock, Tq);
+  for (Index t0 = 0; t0 < Tq; t0 += rows) {
+    const Index nt = std::min(rows, Tq - t0);
+    block(t0, nt, visible_keys(causal, t0 + nt - 1, Tq, S));
+  }
+}
+
 }  // namespace detail
 
 /// out [B*T rows, ldo] <- attention; lse [B, H, T] the log-sum-exp of each row's scaled, masked
@@ -102,55 +137,42 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
                        const AttentionDropout& dropout = {}) {
   detail::check_attention("attention_forward", shape, mask, dropout,
                           {{"ldq", ldq}, {"ldk", ldk}, {"ldv", ldv}, {"ldo", ldo}});
-  const Index B = shape.batch, H = shape.heads, Tq = shape.queries, S = shape.keys,
-              K = shape.head_dim;
-  const Index block = std::min(kAttentionQueryBlock, Tq);
+  const Index H = shape.heads, Tq = shape.queries, S = shape.keys, K = shape.head_dim;
   const bool drop = dropout.p > 0.0;
   const T inv_keep = T(1 / (1 - dropout.p));
   using Stride = Eigen::OuterStride<>;
-
-#if defined(_OPENMP)
-#pragma omp parallel if (B * H > 1 && B * H * Tq * S * K >= kAttentionParallelMinWork)
-#endif
-  {
-    detail::AttentionScratch<T> scratch(block, S, false, drop);
-#if defined(_OPENMP)
-#pragma omp for schedule(static)
-#endif
-    for (Index bh = 0; bh < B * H; ++bh) {
-      const Index b = bh / H, h = bh % H;
-      const T* pad = detail::key_padding_bias(scratch, mask.key_padding, b);
-      detail::ConstStrided<T> kh(k + b * S * ldk + h * K, S, K, Stride(ldk));
-      detail::ConstStrided<T> vh(v + b * S * ldv + h * K, S, K, Stride(ldv));
-      for (Index t0 = 0; t0 < Tq; t0 += block) {
-        const Index nt = std::min(block, Tq - t0);
-        const Index ns = detail::visible_keys(mask.causal, t0 + nt - 1, Tq, S);
-        detail::ConstStrided<T> qb(q + (b * Tq + t0) * ldq + h * K, nt, K, Stride(ldq));
-        auto pb = scratch.p.topLeftCorner(nt, ns);
-        pb.noalias() = qb * kh.topRows(ns).transpose();
-        for (Index i = 0; i < nt; ++i) {
-          const Index t = t0 + i;
-          const Index n = detail::visible_keys(mask.causal, t, Tq, S);
-          T* row = scratch.p.data() + i * S;
-          detail::scale_and_mask(row, n, scale, mask.additive.row(t), pad);
-          lse[bh * Tq + t] = softmax_row_forward(row, n);
-          std::fill(row + n, row + ns, T(0));
-          if (weights != nullptr) {
-            T* w = weights + (bh * Tq + t) * S;
-            std::copy(row, row + ns, w);
-            std::fill(w + ns, w + S, T(0));
+  detail::for_each_head(
+      shape, mask, false, drop,
+      [&](detail::AttentionScratch<T>& scratch, Index b, Index h, const T* pad) {
+        const Index bh = b * H + h;
+        detail::ConstStrided<T> kh(k + b * S * ldk + h * K, S, K, Stride(ldk));
+        detail::ConstStrided<T> vh(v + b * S * ldv + h * K, S, K, Stride(ldv));
+        detail::for_each_query_block(Tq, S, mask.causal, [&](Index t0, Index nt, Index ns) {
+          detail::ConstStrided<T> qb(q + (b * Tq + t0) * ldq + h * K, nt, K, Stride(ldq));
+          auto pb = scratch.p.topLeftCorner(nt, ns);
+          pb.noalias() = qb * kh.topRows(ns).transpose();
+          for (Index i = 0; i < nt; ++i) {
+            const Index t = t0 + i;
+            const Index n = detail::visible_keys(mask.causal, t, Tq, S);
+            T* row = scratch.p.data() + i * S;
+            detail::scale_and_mask(row, n, scale, mask.additive.row(t), pad);
+            lse[bh * Tq + t] = softmax_row_forward(row, n);
+            std::fill(row + n, row + ns, T(0));
+            if (weights != nullptr) {
+              T* w = weights + (bh * Tq + t) * S;
+              std::copy(row, row + ns, w);
+              std::fill(w + ns, w + S, T(0));
+            }
+            if (drop) {
+              const auto base = static_cast<std::uint64_t>((bh * Tq + t) * S);
+              for (Index s = 0; s < n; ++s)
+                row[s] = detail::attention_keeps(dropout, base + s) ? row[s] * inv_keep : T(0);
+            }
           }
-          if (drop) {
-            const auto base = static_cast<std::uint64_t>((bh * Tq + t) * S);
-            for (Index s = 0; s < n; ++s)
-              row[s] = detail::attention_keeps(dropout, base + s) ? row[s] * inv_keep : T(0);
-          }
-        }
-        detail::Strided<T> ob(out + (b * Tq + t0) * ldo + h * K, nt, K, Stride(ldo));
-        ob.noalias() = pb * vh.topRows(ns);
-      }
-    }
-  }
+          detail::Strided<T> ob(out + (b * Tq + t0) * ldo + h * K, nt, K, Stride(ldo));
+          ob.noalias() = pb * vh.topRows(ns);
+        });
+      });
 }
 
 /// Backward of attention_forward; dq [B*T rows, lddq], dk, dv [B*S rows] are OVERWRITTEN (they may
@@ -174,77 +196,64 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
                            {"ldk", ldk},
                            {"ldv", ldv},
                            {"ldo", ldo}});
-  const Index B = shape.batch, H = shape.heads, Tq = shape.queries, S = shape.keys,
-              K = shape.head_dim;
-  const Index block = std::min(kAttentionQueryBlock, Tq);
+  const Index H = shape.heads, Tq = shape.queries, S = shape.keys, K = shape.head_dim;
   const bool drop = dropout.p > 0.0;
   const T inv_keep = T(1 / (1 - dropout.p));
   using Stride = Eigen::OuterStride<>;
-
-#if defined(_OPENMP)
-#pragma omp parallel if (B * H > 1 && B * H * Tq * S * K >= kAttentionParallelMinWork)
-#endif
-  {
-    detail::AttentionScratch<T> scratch(block, S, true, drop);
-#if defined(_OPENMP)
-#pragma omp for schedule(static)
-#endif
-    for (Index bh = 0; bh < B * H; ++bh) {
-      const Index b = bh / H, h = bh % H;
-      const T* pad = detail::key_padding_bias(scratch, mask.key_padding, b);
-      detail::ConstStrided<T> kh(k + b * S * ldk + h * K, S, K, Stride(ldk));
-      detail::ConstStrided<T> vh(v + b * S * ldv + h * K, S, K, Stride(ldv));
-      detail::Strided<T> dkh(dk + b * S * lddk + h * K, S, K, Stride(lddk));
-      detail::Strided<T> dvh(dv + b * S * lddv + h * K, S, K, Stride(lddv));
-      dkh.setZero();
-      dvh.setZero();
-      for (Index t0 = 0; t0 < Tq; t0 += block) {
-        const Index nt = std::min(block, Tq - t0);
-        const Index ns = detail::visible_keys(mask.causal, t0 + nt - 1, Tq, S);
-        detail::ConstStrided<T> qb(q + (b * Tq + t0) * ldq + h * K, nt, K, Stride(ldq));
-        detail::ConstStrided<T> ob(out + (b * Tq + t0) * ldo + h * K, nt, K, Stride(ldo));
-        detail::ConstStrided<T> dob(dout + (b * Tq + t0) * lddo + h * K, nt, K, Stride(lddo));
-        auto pb = scratch.p.topLeftCorner(nt, ns);
-        auto dpb = scratch.dp.topLeftCorner(nt, ns);
-        pb.noalias() = qb * kh.topRows(ns).transpose();
-        dpb.noalias() = dob * vh.topRows(ns).transpose();
-        for (Index i = 0; i < nt; ++i) {
-          const Index t = t0 + i;
-          const Index n = detail::visible_keys(mask.causal, t, Tq, S);
-          T* row = scratch.p.data() + i * S;
-          // P recomputed from the saved log-sum-exp: exp(-inf - lse) = 0 for blocked keys, and
-          // lse = +inf makes a fully blocked row exactly zero.
-          detail::scale_and_mask(row, n, scale, mask.additive.row(t), pad);
-          detail::RowArrayMap<T>(row, n) -= lse[bh * Tq + t];
-          exp_flush_denormals(row, n);
-          std::fill(row + n, row + ns, T(0));
-          if (drop) {
-            T* dprow = scratch.dp.data() + i * S;
-            T* pdrow = scratch.pd.data() + i * S;
-            const auto base = static_cast<std::uint64_t>((bh * Tq + t) * S);
-            for (Index s = 0; s < n; ++s) {
-              const bool keep = detail::attention_keeps(dropout, base + s);
-              pdrow[s] = keep ? row[s] * inv_keep : T(0);
-              dprow[s] = keep ? dprow[s] * inv_keep : T(0);
+  detail::for_each_head(
+      shape, mask, true, drop,
+      [&](detail::AttentionScratch<T>& scratch, Index b, Index h, const T* pad) {
+        const Index bh = b * H + h;
+        detail::ConstStrided<T> kh(k + b * S * ldk + h * K, S, K, Stride(ldk));
+        detail::ConstStrided<T> vh(v + b * S * ldv + h * K, S, K, Stride(ldv));
+        detail::Strided<T> dkh(dk + b * S * lddk + h * K, S, K, Stride(lddk));
+        detail::Strided<T> dvh(dv + b * S * lddv + h * K, S, K, Stride(lddv));
+        dkh.setZero();
+        dvh.setZero();
+        detail::for_each_query_block(Tq, S, mask.causal, [&](Index t0, Index nt, Index ns) {
+          detail::ConstStrided<T> qb(q + (b * Tq + t0) * ldq + h * K, nt, K, Stride(ldq));
+          detail::ConstStrided<T> ob(out + (b * Tq + t0) * ldo + h * K, nt, K, Stride(ldo));
+          detail::ConstStrided<T> dob(dout + (b * Tq + t0) * lddo + h * K, nt, K, Stride(lddo));
+          auto pb = scratch.p.topLeftCorner(nt, ns);
+          auto dpb = scratch.dp.topLeftCorner(nt, ns);
+          pb.noalias() = qb * kh.topRows(ns).transpose();
+          dpb.noalias() = dob * vh.topRows(ns).transpose();
+          for (Index i = 0; i < nt; ++i) {
+            const Index t = t0 + i;
+            const Index n = detail::visible_keys(mask.causal, t, Tq, S);
+            T* row = scratch.p.data() + i * S;
+            // P recomputed from the saved log-sum-exp: exp(-inf - lse) = 0 for blocked keys, and
+            // lse = +inf makes a fully blocked row exactly zero.
+            detail::scale_and_mask(row, n, scale, mask.additive.row(t), pad);
+            detail::RowArrayMap<T>(row, n) -= lse[bh * Tq + t];
+            exp_flush_denormals(row, n);
+            std::fill(row + n, row + ns, T(0));
+            if (drop) {
+              T* dprow = scratch.dp.data() + i * S;
+              T* pdrow = scratch.pd.data() + i * S;
+              const auto base = static_cast<std::uint64_t>((bh * Tq + t) * S);
+              for (Index s = 0; s < n; ++s) {
+                const bool keep = detail::attention_keeps(dropout, base + s);
+                pdrow[s] = keep ? row[s] * inv_keep : T(0);
+                dprow[s] = keep ? dprow[s] * inv_keep : T(0);
+              }
+              std::fill(pdrow + n, pdrow + ns, T(0));
             }
-            std::fill(pdrow + n, pdrow + ns, T(0));
           }
-        }
-        if (drop)
-          dvh.topRows(ns).noalias() += scratch.pd.topLeftCorner(nt, ns).transpose() * dob;
-        else
-          dvh.topRows(ns).noalias() += pb.transpose() * dob;
-        for (Index i = 0; i < nt; ++i) {
-          const T d = dob.row(i).dot(ob.row(i));
-          detail::RowArrayMap<T> ds(scratch.dp.data() + i * S, ns);
-          ds = detail::ConstRowArrayMap<T>(scratch.p.data() + i * S, ns) * (ds - d);
-        }
-        detail::Strided<T> dqb(dq + (b * Tq + t0) * lddq + h * K, nt, K, Stride(lddq));
-        dqb.noalias() = scale * (dpb * kh.topRows(ns));
-        dkh.topRows(ns).noalias() += scale * (dpb.transpose() * qb);
-      }
-    }
-  }
+          if (drop)
+            dvh.topRows(ns).noalias() += scratch.pd.topLeftCorner(nt, ns).transpose() * dob;
+          else
+            dvh.topRows(ns).noalias() += pb.transpose() * dob;
+          for (Index i = 0; i < nt; ++i) {
+            const T d = dob.row(i).dot(ob.row(i));
+            detail::RowArrayMap<T> ds(scratch.dp.data() + i * S, ns);
+            ds = detail::ConstRowArrayMap<T>(scratch.p.data() + i * S, ns) * (ds - d);
+          }
+          detail::Strided<T> dqb(dq + (b * Tq + t0) * lddq + h * K, nt, K, Stride(lddq));
+          dqb.noalias() = scale * (dpb * kh.topRows(ns));
+          dkh.topRows(ns).noalias() += scale * (dpb.transpose() * qb);
+        });
+      });
 }
 
 }  // namespace attn::kernels

@@ -212,44 +212,29 @@ class DecoderLayer : public Module<T> {
   Tensor<T> dy_;                  // [B, T, D] input-gradient buffer
 };
 
-/// N decoder layers, and a final LayerNorm when `final_norm` (pre-norm stacks need one).
+/// N decoder layers, and a final LayerNorm when `final_norm` (layer_stack.hpp).
 template <class T>
-class Decoder : public Module<T> {
+class Decoder : public LayerStack<T, DecoderLayer<T>> {
  public:
   Decoder(const LayerOptions& options, Index num_layers, bool final_norm)
-      : options_(detail::validated(options)) {
-    ATTN_CHECK(num_layers > 0, ConfigError, "Decoder: num_layers must be > 0, got ", num_layers);
-    for (Index i = 0; i < num_layers; ++i) {
-      layers.push_back(std::make_unique<DecoderLayer<T>>(options));
-      this->register_module("layers." + std::to_string(i), layers.back().get());
-    }
-    if (final_norm) {
-      norm = std::make_unique<LayerNorm<T>>(options.d_model, options.layer_norm_eps);
-      this->register_module("norm", norm.get());
-    }
-  }
-
-  void reset_parameters(Rng& rng) {
-    for (auto& layer : layers) layer->reset_parameters(rng);
-    if (norm) norm->reset_parameters(rng);
-  }
+      : LayerStack<T, DecoderLayer<T>>(options, num_layers, final_norm, "Decoder") {}
 
   /// y [B, T, D], memory [B, S, D] -> [B, T, D].
   const Tensor<T>& forward(const Tensor<T>& y, const Tensor<T>& memory,
                            const KeyPaddingMask& tgt_padding,
                            const KeyPaddingMask& memory_padding) {
     const Tensor<T>* h = &y;
-    for (auto& layer : layers) h = &layer->forward(*h, memory, tgt_padding, memory_padding);
-    return norm ? norm->forward(*h) : *h;
+    for (auto& layer : this->layers) h = &layer->forward(*h, memory, tgt_padding, memory_padding);
+    return this->final_forward(*h);
   }
 
   /// dy [B, T, D] -> dy_in [B, T, D]; dmemory() is the sum of every layer's memory gradient.
   const Tensor<T>& backward(const Tensor<T>& dy) {
-    const Tensor<T>* d = norm ? &norm->backward(dy) : &dy;
-    for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    const Tensor<T>* d = &this->final_backward(dy);
+    for (auto it = this->layers.rbegin(); it != this->layers.rend(); ++it) {
       d = &(*it)->backward(*d);
       const Tensor<T>& dm = (*it)->dmemory();
-      if (it == layers.rbegin()) {
+      if (it == this->layers.rbegin()) {
         dmemory_.resize(dm.shape());
         dmemory_.vector() = dm.vector();
       } else {
@@ -268,39 +253,32 @@ class Decoder : public Module<T> {
   /// A cache for decoding `batch` rows of up to `max_len` positions.
   DecoderCache<T> make_cache(Index batch, Index max_len) const {
     DecoderCache<T> cache;
-    cache.allocate(num_layers(), batch, max_len, options_.d_model);
+    cache.allocate(this->num_layers(), batch, max_len, this->options().d_model);
     return cache;
   }
 
   /// One decoding step through every layer: y_t [B, 1, D] -> [B, 1, D] (final norm included).
   const Tensor<T>& forward_step(const Tensor<T>& y_t, const Tensor<T>& memory,
                                 const KeyPaddingMask& memory_padding, DecoderCache<T>& cache) {
-    ATTN_CHECK(static_cast<Index>(cache.layers.size()) == num_layers(), ShapeError,
-               "Decoder::forward_step: expected a cache of ", num_layers(), " layers, got ",
+    ATTN_CHECK(static_cast<Index>(cache.layers.size()) == this->num_layers(), ShapeError,
+               "Decoder::forward_step: expected a cache of ", this->num_layers(), " layers, got ",
                cache.layers.size());
     const Tensor<T>* h = &y_t;
-    for (std::size_t i = 0; i < layers.size(); ++i)
-      h = &layers[i]->forward_step(*h, memory, memory_padding, cache.layers[i]);
-    return norm ? norm->forward(*h) : *h;
+    for (std::size_t i = 0; i < this->layers.size(); ++i)
+      h = &this->layers[i]->forward_step(*h, memory, memory_padding, cache.layers[i]);
+    return this->final_forward(*h);
   }
 
   /// Makes every layer keep its self- and cross-attention weights: layers[i]->self_attn and
   /// layers[i]->multihead_attn .attention_weights().
   void keep_attention_weights(bool keep) {
-    for (auto& layer : layers) {
+    for (auto& layer : this->layers) {
       layer->self_attn.keep_attention_weights(keep);
       layer->multihead_attn.keep_attention_weights(keep);
     }
   }
 
-  const LayerOptions& options() const { return options_; }
-  Index num_layers() const { return static_cast<Index>(layers.size()); }
-
-  std::vector<std::unique_ptr<DecoderLayer<T>>> layers;
-  std::unique_ptr<LayerNorm<T>> norm;  // null unless final_norm
-
  private:
-  LayerOptions options_;
   Tensor<T> dmemory_;  // [B, S, D] sum of the layers' memory gradients
 };
 

@@ -21,6 +21,7 @@
 #include "attn/nn/feed_forward.hpp"
 #include "attn/nn/layer_norm.hpp"
 #include "attn/nn/layer_options.hpp"
+#include "attn/nn/layer_stack.hpp"
 #include "attn/nn/module.hpp"
 #include "attn/nn/multi_head_attention.hpp"
 
@@ -139,57 +140,32 @@ class EncoderLayer : public Module<T> {
   Tensor<T> dx_;           // [B, S, D] input-gradient buffer
 };
 
-/// N encoder layers, and a final LayerNorm when `final_norm` (pre-norm stacks need one; the
-/// paper's post-norm stack has none, though torch.nn.Transformer always adds "encoder.norm").
+/// N encoder layers, and a final LayerNorm when `final_norm` (layer_stack.hpp).
 template <class T>
-class Encoder : public Module<T> {
+class Encoder : public LayerStack<T, EncoderLayer<T>> {
  public:
   Encoder(const LayerOptions& options, Index num_layers, bool final_norm)
-      : options_(detail::validated(options)) {
-    ATTN_CHECK(num_layers > 0, ConfigError, "Encoder: num_layers must be > 0, got ", num_layers);
-    for (Index i = 0; i < num_layers; ++i) {
-      layers.push_back(std::make_unique<EncoderLayer<T>>(options));
-      this->register_module("layers." + std::to_string(i), layers.back().get());
-    }
-    if (final_norm) {
-      norm = std::make_unique<LayerNorm<T>>(options.d_model, options.layer_norm_eps);
-      this->register_module("norm", norm.get());
-    }
-  }
-
-  void reset_parameters(Rng& rng) {
-    for (auto& layer : layers) layer->reset_parameters(rng);
-    if (norm) norm->reset_parameters(rng);
-  }
+      : LayerStack<T, EncoderLayer<T>>(options, num_layers, final_norm, "Encoder") {}
 
   /// x [B, S, D] -> memory [B, S, D].
   const Tensor<T>& forward(const Tensor<T>& x, const KeyPaddingMask& src_padding) {
     const Tensor<T>* h = &x;
-    for (auto& layer : layers) h = &layer->forward(*h, src_padding);
-    return norm ? norm->forward(*h) : *h;
+    for (auto& layer : this->layers) h = &layer->forward(*h, src_padding);
+    return this->final_forward(*h);
   }
 
   /// dmemory [B, S, D] -> dx [B, S, D].
   const Tensor<T>& backward(const Tensor<T>& dy) {
-    const Tensor<T>* d = norm ? &norm->backward(dy) : &dy;
-    for (auto it = layers.rbegin(); it != layers.rend(); ++it) d = &(*it)->backward(*d);
+    const Tensor<T>* d = &this->final_backward(dy);
+    for (auto it = this->layers.rbegin(); it != this->layers.rend(); ++it) d = &(*it)->backward(*d);
     return *d;
   }
 
   /// Makes every layer's self-attention keep its [B, H, S, S] weights:
   /// layers[i]->self_attn.attention_weights().
   void keep_attention_weights(bool keep) {
-    for (auto& layer : layers) layer->self_attn.keep_attention_weights(keep);
+    for (auto& layer : this->layers) layer->self_attn.keep_attention_weights(keep);
   }
-
-  const LayerOptions& options() const { return options_; }
-  Index num_layers() const { return static_cast<Index>(layers.size()); }
-
-  std::vector<std::unique_ptr<EncoderLayer<T>>> layers;
-  std::unique_ptr<LayerNorm<T>> norm;  // null unless final_norm
-
- private:
-  LayerOptions options_;
 };
 
 }  // namespace attn

@@ -1,0 +1,56 @@
+// What the encoder and the decoder stacks share (section 3.1: "a stack of N = 6 identical
+// layers"): N layers named "layers.{i}" and an optional final LayerNorm named "norm", as in
+// torch.nn.TransformerEncoder / TransformerDecoder. Pre-norm stacks need the final norm; the
+// paper's post-norm stack has none (torch.nn.Transformer always adds one).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn/error.hpp"
+#include "attn/nn/layer_norm.hpp"
+#include "attn/nn/layer_options.hpp"
+#include "attn/nn/module.hpp"
+
+namespace attn {
+
+template <class T, class Layer>
+class LayerStack : public Module<T> {
+ public:
+  const LayerOptions& options() const { return options_; }
+  Index num_layers() const { return static_cast<Index>(layers.size()); }
+
+  void reset_parameters(Rng& rng) {
+    for (auto& layer : layers) layer->reset_parameters(rng);
+    if (norm) norm->reset_parameters(rng);
+  }
+
+  std::vector<std::unique_ptr<Layer>> layers;
+  std::unique_ptr<LayerNorm<T>> norm;  // null unless final_norm
+
+ protected:
+  /// `who` names the stack in the error when num_layers is not positive.
+  LayerStack(const LayerOptions& options, Index num_layers, bool final_norm, const char* who)
+      : options_(options) {
+    options_.validate();
+    ATTN_CHECK(num_layers > 0, ConfigError, who, ": num_layers must be > 0, got ", num_layers);
+    for (Index i = 0; i < num_layers; ++i) {
+      layers.push_back(std::make_unique<Layer>(options_));
+      this->register_module("layers." + std::to_string(i), layers.back().get());
+    }
+    if (final_norm) {
+      norm = std::make_unique<LayerNorm<T>>(options_.d_model, options_.layer_norm_eps);
+      this->register_module("norm", norm.get());
+    }
+  }
+
+  /// The final norm's forward when there is one, else h itself.
+  const Tensor<T>& final_forward(const Tensor<T>& h) { return norm ? norm->forward(h) : h; }
+  const Tensor<T>& final_backward(const Tensor<T>& dy) { return norm ? norm->backward(dy) : dy; }
+
+ private:
+  LayerOptions options_;
+};
+
+}  // namespace attn
