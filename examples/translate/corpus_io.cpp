@@ -1,5 +1,6 @@
 #include "corpus_io.hpp"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <string>
 
 #include <attn/error.hpp>
 
@@ -110,10 +112,13 @@ std::vector<std::string> read_lines(const std::string& path) {
   return lines;
 }
 
-void write_lines(const std::string& path, const std::vector<std::string>& lines) {
-  const bool gz = path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+namespace {
+
+/// Writes `lines` to `file` (gzip-compressed when `gz`); messages name `path`, the final name.
+void write_lines_to(const std::string& file, bool gz, const std::string& path,
+                    const std::vector<std::string>& lines) {
   if (gz) {
-    GzHandle f(gzopen(path.c_str(), "wb"));
+    GzHandle f(gzopen(file.c_str(), "wb"));
     ATTN_CHECK(f != nullptr, IOError, "cannot open '", path,
                "' for writing: ", std::strerror(errno));
     for (const std::string& line : lines) {
@@ -125,11 +130,32 @@ void write_lines(const std::string& path, const std::vector<std::string>& lines)
     ATTN_CHECK(gzclose(f.release()) == Z_OK, IOError, "cannot finish writing '", path, "'");
     return;
   }
-  std::ofstream out(path, std::ios::binary);
+  std::ofstream out(file, std::ios::binary);
   ATTN_CHECK(out.good(), IOError, "cannot open '", path, "' for writing: ", std::strerror(errno));
   for (const std::string& line : lines) out << line << '\n';
   out.close();
   ATTN_CHECK(out.good(), IOError, "cannot write '", path, "'");
+}
+
+}  // namespace
+
+void write_lines(const std::string& path, const std::vector<std::string>& lines) {
+  // Into a temporary file beside `path`, renamed over it once complete: a failed write (a full
+  // disk, say) leaves the old file as it was, never a partial one in its place.
+  const bool gz = path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  try {
+    write_lines_to(tmp, gz, path, lines);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    ATTN_CHECK(false, IOError, "cannot write '", path, "': rename from '", tmp,
+               "' failed: ", std::strerror(err));
+  }
 }
 
 ParallelCorpus read_parallel(const std::string& src_path, const std::string& tgt_path,

@@ -43,8 +43,9 @@ inline bool is_valid_utf8(std::string_view text) {
 /// not valid UTF-8.
 std::vector<std::string> read_lines(const std::string& path);
 
-/// Writes `lines`, each followed by '\n'; gzip-compressed when `path` ends in ".gz".
-/// Throws IOError naming the path on failure.
+/// Writes `lines`, each followed by '\n'; gzip-compressed when `path` ends in ".gz". The file is
+/// written beside `path` and renamed over it when complete, so on failure (IOError naming the
+/// path) an existing file is left as it was.
 void write_lines(const std::string& path, const std::vector<std::string>& lines);
 
 /// What read_parallel does with a pair where either side is empty or only whitespace.

@@ -2,7 +2,11 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
 #include <cstdio>
 
 #include <filesystem>
@@ -12,12 +16,15 @@
 
 #include <attn/error.hpp>
 
+#include "error_helpers.hpp"
+
 #include "corpus_io.hpp"
 #include "gettext_corpus.hpp"
 #include "mo_catalog.hpp"
 
 namespace fs = std::filesystem;
 using namespace attn::translate;
+using attn::testing::error_of;
 
 namespace {
 
@@ -93,20 +100,6 @@ void write_bytes(const fs::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------- .mo
@@ -135,33 +128,32 @@ TEST(MoCatalog, ParsesBothByteOrders) {
 TEST(MoCatalog, BadMagicAndRevision) {
   std::string bytes = make_mo(sample_entries());
   bytes[0] = 'X';
-  EXPECT_NE(message_of<attn::FormatError>([&] {
+  EXPECT_NE(error_of<attn::FormatError>([&] {
               parse_mo(bytes, "x.mo");
             }).find("'x.mo': not a .mo file: expected magic 0x950412de"),
             std::string::npos);
   const std::string rev2 = make_mo(sample_entries(), false, 2u << 16);
-  EXPECT_NE(message_of<attn::FormatError>([&] {
-              parse_mo(rev2, "r.mo");
-            }).find("expected 0 or 1, found 2"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of<attn::FormatError>([&] { parse_mo(rev2, "r.mo"); }).find("expected 0 or 1, found 2"),
+      std::string::npos);
 }
 
 TEST(MoCatalog, TableAndStringBoundsAreNamed) {
   std::string bytes = make_mo(sample_entries());
   put32(bytes, 8, 0x7fffffff, false);  // absurd count
-  EXPECT_NE(message_of<attn::FormatError>([&] {
+  EXPECT_NE(error_of<attn::FormatError>([&] {
               parse_mo(bytes, "n.mo");
             }).find("the original table of 2147483647 entries"),
             std::string::npos);
   bytes = make_mo(sample_entries());
   put32(bytes, 28 + 8 + 4, 0xfffffff0, false);  // offset of original 1
-  EXPECT_NE(message_of<attn::FormatError>([&] {
+  EXPECT_NE(error_of<attn::FormatError>([&] {
               parse_mo(bytes, "o.mo");
             }).find("original string 1 spans bytes [4294967280"),
             std::string::npos);
   bytes = make_mo(sample_entries());
   put32(bytes, 28 + 8, 3, false);  // length of original 1 shortened: its NUL is now a letter
-  EXPECT_NE(message_of<attn::FormatError>([&] {
+  EXPECT_NE(error_of<attn::FormatError>([&] {
               parse_mo(bytes, "t.mo");
             }).find("original string 1 is not NUL-terminated"),
             std::string::npos);
@@ -197,7 +189,7 @@ TEST(MoCatalog, RandomByteFlipsParseOrThrowFormatError) {
 }
 
 TEST(MoCatalog, MissingFileIsIOError) {
-  EXPECT_NE(message_of<attn::IOError>([] {
+  EXPECT_NE(error_of<attn::IOError>([] {
               read_mo_file("/nonexistent/x.mo");
             }).find("'/nonexistent/x.mo'"),
             std::string::npos);
@@ -305,12 +297,12 @@ TEST(GettextCorpus, SplitIsDeterministicAndIndependentOfFileOrder) {
 
   o.valid_size = 20;
   o.test_size = 20;
-  EXPECT_NE(message_of<attn::DataError>([&] { load_gettext_corpus(o); })
+  EXPECT_NE(error_of<attn::DataError>([&] { load_gettext_corpus(o); })
                 .find("yield 40 usable pairs from 3 files; expected more than valid_size + "
                       "test_size = 40"),
             std::string::npos);
   o.directory = "/nonexistent/locale";
-  EXPECT_NE(message_of<attn::IOError>([&] { load_gettext_corpus(o); }).find("/nonexistent/locale"),
+  EXPECT_NE(error_of<attn::IOError>([&] { load_gettext_corpus(o); }).find("/nonexistent/locale"),
             std::string::npos);
 }
 
@@ -367,6 +359,39 @@ TEST(CorpusIo, PlainAndGzipRoundTrip) {
             (std::vector<std::string>{"one", "two", "three"}));
 }
 
+// A write that fails part-way (here: the file size limit, as a full disk would) leaves the old
+// file as it was and no temporary file behind; the failure is an IOError naming the path.
+TEST(CorpusIo, FailedWriteKeepsTheOldFile) {
+  const fs::path dir = temp_dir("atomic");
+  const std::string path = (dir / "out.txt").string();
+  write_lines(path, {"old", "content"});
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);  // the write then fails with EFBIG instead of killing us
+    const rlimit limit{4096, 4096};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    try {
+      write_lines(path, std::vector<std::string>(10000, "a line that will not fit"));
+    } catch (const attn::IOError& e) {
+      ::_exit(std::string(e.what()).find("out.txt") != std::string::npos ? 0 : 2);
+    } catch (...) {
+      ::_exit(3);
+    }
+    ::_exit(4);  // no error: the limit did not bite
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "0: IOError naming the file, 2: message, 3: other, 4: none";
+  EXPECT_EQ(read_lines(path), (std::vector<std::string>{"old", "content"}));
+  for (const auto& entry : fs::directory_iterator(dir))
+    EXPECT_EQ(entry.path().filename(), "out.txt") << "left behind: " << entry.path();
+  // And a successful write replaces it.
+  write_lines(path, {"new"});
+  EXPECT_EQ(read_lines(path), std::vector<std::string>{"new"});
+}
+
 TEST(CorpusIo, Multi30kIfPresent) {
   const char* shared = std::getenv("ATTN_SHARED_DIR");
   const fs::path dir = fs::path(shared ? shared : "/work/shared") / "data" / "multi30k";
@@ -380,19 +405,18 @@ TEST(CorpusIo, Multi30kIfPresent) {
 TEST(CorpusIo, Errors) {
   const fs::path dir = temp_dir("ioerr");
   const std::string missing = (dir / "missing.en").string();
-  EXPECT_NE(message_of<attn::IOError>([&] { read_lines(missing); }).find(missing),
-            std::string::npos);
+  EXPECT_NE(error_of<attn::IOError>([&] { read_lines(missing); }).find(missing), std::string::npos);
 
   write_lines((dir / "a.en").string(), {"one", "two", "three"});
   write_lines((dir / "a.de").string(), {"eins", "zwei"});
-  const std::string m = message_of<attn::DataError>(
+  const std::string m = error_of<attn::DataError>(
       [&] { read_parallel((dir / "a.en").string(), (dir / "a.de").string()); });
   EXPECT_NE(m.find("a.en' has 3"), std::string::npos) << m;
   EXPECT_NE(m.find("a.de' has 2"), std::string::npos) << m;
 
   write_lines((dir / "b.en").string(), {"one", "two", "three"});
   write_lines((dir / "b.de").string(), {"eins", "  ", "drei"});
-  const std::string e = message_of<attn::DataError>(
+  const std::string e = error_of<attn::DataError>(
       [&] { read_parallel((dir / "b.en").string(), (dir / "b.de").string()); });
   EXPECT_NE(e.find("b.de' line 2: expected a sentence, found an empty line"), std::string::npos)
       << e;
@@ -403,8 +427,7 @@ TEST(CorpusIo, Errors) {
   EXPECT_EQ(kept.src, (std::vector<std::string>{"one", "three"}));
 
   write_bytes(dir / "bad.txt", "fine\nalso fine\nbroken \xc3\x28 here\n");
-  const std::string u =
-      message_of<attn::DataError>([&] { read_lines((dir / "bad.txt").string()); });
+  const std::string u = error_of<attn::DataError>([&] { read_lines((dir / "bad.txt").string()); });
   EXPECT_NE(u.find("bad.txt' line 3: expected UTF-8 text, found an invalid byte sequence at byte "
                    "offset 7"),
             std::string::npos)
@@ -415,7 +438,6 @@ TEST(CorpusIo, Errors) {
   std::ifstream in(dir / "c.gz", std::ios::binary);
   std::string gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   write_bytes(dir / "cut.gz", gz.substr(0, gz.size() / 2));
-  const std::string g =
-      message_of<attn::FormatError>([&] { read_lines((dir / "cut.gz").string()); });
+  const std::string g = error_of<attn::FormatError>([&] { read_lines((dir / "cut.gz").string()); });
   EXPECT_NE(g.find("cut.gz' is a truncated or corrupt gzip stream"), std::string::npos) << g;
 }
