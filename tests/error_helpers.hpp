@@ -1,7 +1,10 @@
 // Helpers for testing error paths: the message an attn::Error carried, and substring checks.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <attn/error.hpp>
+#include <exception>
 #include <string>
 
 namespace attn::testing {
@@ -15,6 +18,21 @@ std::string error_of(Fn&& fn) {
     return e.what();
   }
   return "(no exception)";
+}
+
+/// The what() of the E that `fn` throws; a test failure when it throws nothing or another type.
+template <class E, class Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+    return {};
+  }
+  ADD_FAILURE() << "expected an exception";
+  return {};
 }
 
 inline bool contains(const std::string& s, const std::string& part) {

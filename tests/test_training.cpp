@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "error_helpers.hpp"
 #include "pch.hpp"
 #include "training_task.hpp"
 
@@ -309,19 +310,7 @@ TEST(Training, KillDuringSaveLeavesThePreviousCheckpointLoadable) {
               limit, full_size, seconds_since(t0));
 }
 
-template <class E>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
-}
+using testing::error_of;
 
 void expect_contains(const std::string& message, const std::vector<std::string>& parts) {
   for (const auto& part : parts)

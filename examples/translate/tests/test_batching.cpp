@@ -8,7 +8,9 @@
 #include <set>
 
 #include <attn/error.hpp>
+
 #include <attn/random.hpp>
+#include "error_helpers.hpp"
 
 #include "batching.hpp"
 #include "bpe.hpp"
@@ -17,22 +19,9 @@ namespace fs = std::filesystem;
 using namespace attn::translate;
 using attn::Index;
 using attn::TokenId;
+using attn::testing::error_of;
 
 namespace {
-
-template <class E, class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
 
 std::string temp_prefix() { return "attn_translate_" + std::to_string(::getpid()) + "_"; }
 
@@ -112,7 +101,7 @@ TEST(SubwordVocab, TrainEncodeDecode) {
     EXPECT_EQ(v.decode(framed), s);  // specials decode to nothing
   }
   EXPECT_EQ(v.pieces({SubwordVocab::kUnk})[0], "<unk>");
-  EXPECT_NE(message_of<attn::IndexError>([&] {
+  EXPECT_NE(error_of<attn::IndexError>([&] {
               v.decode({5, 100});
             }).find("token id 100 is outside the vocabulary [0, 100)"),
             std::string::npos);
@@ -134,7 +123,7 @@ TEST(SubwordVocab, LoadIsIdenticalAndTrainingDeterministic) {
 
 TEST(SubwordVocab, Errors) {
   const fs::path missing = temp_dir("vocab_missing");
-  EXPECT_NE(message_of<attn::IOError>([&] {
+  EXPECT_NE(error_of<attn::IOError>([&] {
               SubwordVocab::load(missing.string());
             }).find((missing / "spm.model").string()),
             std::string::npos);
@@ -142,7 +131,7 @@ TEST(SubwordVocab, Errors) {
   const fs::path corrupt = temp_dir("vocab_corrupt");
   fs::create_directories(corrupt);
   std::ofstream(corrupt / "spm.model") << "this is not a protobuf";
-  EXPECT_NE(message_of<attn::FormatError>([&] {
+  EXPECT_NE(error_of<attn::FormatError>([&] {
               SubwordVocab::load(corrupt.string());
             }).find("spm.model' is not a sentencepiece model"),
             std::string::npos);
@@ -153,7 +142,7 @@ TEST(SubwordVocab, Errors) {
   o.vocab_size = 90;
   SubwordVocab::train(toy_sentences(), other.string(), o);
   const std::string m =
-      message_of<attn::FormatError>([&] { toy_vocab().check_directory(other.string()); });
+      error_of<attn::FormatError>([&] { toy_vocab().check_directory(other.string()); });
   EXPECT_NE(m.find("was trained with a different vocabulary: its vocab.txt says size 90"),
             std::string::npos)
       << m;
@@ -164,13 +153,13 @@ TEST(SubwordVocab, Errors) {
   fs::copy_file(toy_dir / "spm.model", other / "spm.model", fs::copy_options::overwrite_existing);
   EXPECT_THROW(SubwordVocab::load(other.string()), attn::FormatError);
   std::ofstream(other / "vocab.txt") << "garbage";
-  EXPECT_NE(message_of<attn::FormatError>([&] {
+  EXPECT_NE(error_of<attn::FormatError>([&] {
               read_vocab_fingerprint(other.string());
             }).find("vocab.txt': expected \"attn-translate-vocab 1\""),
             std::string::npos);
 
   o.vocab_size = 5000;  // far more pieces than the text has
-  EXPECT_NE(message_of<attn::DataError>([&] {
+  EXPECT_NE(error_of<attn::DataError>([&] {
               SubwordVocab::train(toy_sentences(), temp_dir("vocab_big").string(), o);
             }).find("sentencepiece BPE training (vocab_size 5000"),
             std::string::npos);
@@ -261,7 +250,7 @@ TEST(Batcher, OverlongPairs) {
   std::vector<TokenizedPair> pairs = random_pairs(10, 8, 9);
   pairs[6].tgt.assign(12, 7);  // 12 + 1 > max_len 10
   BatchingOptions o{100, 10};
-  const std::string m = message_of<attn::DataError>([&] { Batcher(pairs, o); });
+  const std::string m = error_of<attn::DataError>([&] { Batcher(pairs, o); });
   EXPECT_NE(m.find("pair 6 (line 7) is longer than max_len 10: source"), std::string::npos) << m;
   EXPECT_NE(m.find("target 12 + 1 tokens"), std::string::npos) << m;
   o.overlong = OverlongPolicy::kSkip;
@@ -278,11 +267,11 @@ TEST(Batcher, OverlongPairs) {
 TEST(Batcher, BadInputAndConfiguration) {
   std::vector<TokenizedPair> pairs = random_pairs(4, 5, 1);
   pairs[2].src.clear();
-  EXPECT_NE(message_of<attn::DataError>([&] {
+  EXPECT_NE(error_of<attn::DataError>([&] {
               Batcher(pairs, BatchingOptions{});
             }).find("pair 2 (line 3): the source is empty"),
             std::string::npos);
-  EXPECT_NE(message_of<attn::ConfigError>([&] {
+  EXPECT_NE(error_of<attn::ConfigError>([&] {
               Batcher({}, BatchingOptions{50, 64});
             }).find("max_tokens (50) must be at least max_len (64)"),
             std::string::npos);
@@ -294,7 +283,7 @@ TEST(GroupBatches, ReachesTheTarget) {
   EXPECT_EQ(group_batches({30, 40, 50, 10, 90, 5}, 70), (Groups{{0, 2}, {2, 5}, {5, 6}}));
   EXPECT_EQ(group_batches({100, 100}, 70), (Groups{{0, 1}, {1, 2}}));
   EXPECT_EQ(group_batches({}, 70), Groups{});
-  EXPECT_NE(message_of<attn::ConfigError>([] {
+  EXPECT_NE(error_of<attn::ConfigError>([] {
               group_batches({1}, 0);
             }).find("target token count must be > 0, got 0"),
             std::string::npos);

@@ -17,6 +17,7 @@
 #include <attn/random.hpp>
 
 #include "corpus_io.hpp"
+#include "error_helpers.hpp"
 #include "trainer.hpp"
 
 namespace attn::translate::testing {
@@ -90,24 +91,8 @@ class TempDirTest : public ::testing::Test {
   fs::path root_;
 };
 
-/// The message of the E that f() throws; a test failure if it throws nothing or something else.
-template <class E, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "expected an exception";
-  return {};
-}
-
-inline bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using attn::testing::contains;
+using attn::testing::error_of;
 
 inline void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
