@@ -231,10 +231,17 @@ int main(int argc, char** argv) {
       trainer.finish();
       std::cerr << "model written to " << t.model_dir << "/model.safetensors\n";
       if (!trainer.data().test.empty()) {
-        std::vector<std::string> hyps;
-        const tr::BleuScore bleu = trainer.test_bleu(&hyps);
-        std::cout << "test BLEU (beam 4, last weights): " << bleu.str() << '\n';
+        // Scored as saved: model.safetensors holds the averaged weights when --average > 1.
         const auto& test = trainer.data().test;
+        std::vector<std::string> hyps;
+        tr::Translator saved(t.model_dir);
+        const tr::BleuScore bleu = saved.evaluate(test.src, test.tgt, tr::TranslateOptions{},
+                                                  trainer.bleu_options(), &hyps, "test");
+        std::cout << "test BLEU (beam 4, alpha 0.6, model.safetensors = "
+                  << (t.average > 1
+                          ? "average of the last " + std::to_string(t.average) + " checkpoints"
+                          : std::string("last weights"))
+                  << "): " << bleu.str() << '\n';
         for (std::size_t i = 0; i < hyps.size() && i < static_cast<std::size_t>(show); ++i)
           std::cout << "  src: " << test.src[i] << "\n  ref: " << test.tgt[i]
                     << "\n  hyp: " << hyps[i] << "\n\n";

@@ -83,6 +83,8 @@ class Trainer {
   Validation validate();
   /// BLEU of greedy (or beam) translations of the test set; empty hyps if there is no test set.
   BleuScore test_bleu(std::vector<std::string>* hyps = nullptr);
+  /// How BLEU is computed here: the options' tokenizer (13a or none) and case.
+  BleuOptions bleu_options() const;
 
   Transformer<float>& model() { return *model_; }
   const SubwordVocab& vocab() const { return vocab_; }
@@ -104,7 +106,6 @@ class Trainer {
   void run_validation();  // validate(), print it and add it to the curves
   void write_curves() const;
   void write_attention();
-  BleuOptions bleu_options() const;
 
   TrainOptions opt_;
   CorpusSplit data_;
