@@ -59,9 +59,9 @@ void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate) {
   // process on its core takes fewer blocks instead of holding up the others. Block boundaries
   // depend on M and the thread count only, never on timing, and rows do not depend on them.
   const Index grains = (M + kGemmRowGrain - 1) / kGemmRowGrain;
-  const Index blocks = std::min<Index>(
-      grains, std::clamp<Index>(grains / kGemmMinBlockGrains, threads,
-                                Index(threads) * kGemmBlocksPerThread));
+  const Index blocks =
+      std::min<Index>(grains, std::clamp<Index>(grains / kGemmMinBlockGrains, threads,
+                                                Index(threads) * kGemmBlocksPerThread));
   const Index per = (grains + blocks - 1) / blocks * kGemmRowGrain;
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
