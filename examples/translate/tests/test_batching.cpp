@@ -11,6 +11,7 @@
 
 #include <attn/random.hpp>
 #include "error_helpers.hpp"
+#include "temp_paths.hpp"
 
 #include "batching.hpp"
 #include "bpe.hpp"
@@ -23,26 +24,9 @@ using attn::testing::error_of;
 
 namespace {
 
-std::string temp_prefix() { return "attn_translate_" + std::to_string(::getpid()) + "_"; }
-
-// Removes this process's temporary directories after the last test.
-class TempCleanup : public ::testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec))
-      if (e.path().filename().string().rfind(temp_prefix(), 0) == 0) fs::remove_all(e.path(), ec);
-  }
-};
+using attn::translate::testing::fresh_temp_path;
+using attn::translate::testing::TempCleanup;
 [[maybe_unused]] const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new TempCleanup);
-
-fs::path temp_dir(const std::string& name) {
-  // The process id keeps tests that ctest runs in parallel processes apart.
-  const fs::path dir =
-      fs::temp_directory_path() / ("attn_translate_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(dir);
-  return dir;
-}
 
 // A few hundred sentences from a tiny English and German grammar.
 std::vector<std::string> toy_sentences() {
@@ -71,7 +55,7 @@ const SubwordVocab& toy_vocab() {
   static const SubwordVocab vocab = [] {
     BpeTrainOptions o;
     o.vocab_size = 100;
-    return SubwordVocab::train(toy_sentences(), temp_dir("vocab").string(), o);
+    return SubwordVocab::train(toy_sentences(), fresh_temp_path("vocab").string(), o);
   }();
   return vocab;
 }
@@ -108,7 +92,7 @@ TEST(SubwordVocab, TrainEncodeDecode) {
 }
 
 TEST(SubwordVocab, LoadIsIdenticalAndTrainingDeterministic) {
-  const fs::path dir = temp_dir("vocab_again");
+  const fs::path dir = fresh_temp_path("vocab_again");
   BpeTrainOptions o;
   o.vocab_size = 100;
   const SubwordVocab again = SubwordVocab::train(toy_sentences(), dir.string(), o);
@@ -122,13 +106,13 @@ TEST(SubwordVocab, LoadIsIdenticalAndTrainingDeterministic) {
 }
 
 TEST(SubwordVocab, Errors) {
-  const fs::path missing = temp_dir("vocab_missing");
+  const fs::path missing = fresh_temp_path("vocab_missing");
   EXPECT_NE(error_of<attn::IOError>([&] {
               SubwordVocab::load(missing.string());
             }).find((missing / "spm.model").string()),
             std::string::npos);
 
-  const fs::path corrupt = temp_dir("vocab_corrupt");
+  const fs::path corrupt = fresh_temp_path("vocab_corrupt");
   fs::create_directories(corrupt);
   std::ofstream(corrupt / "spm.model") << "this is not a protobuf";
   EXPECT_NE(error_of<attn::FormatError>([&] {
@@ -137,7 +121,7 @@ TEST(SubwordVocab, Errors) {
             std::string::npos);
 
   // A directory whose vocab.txt belongs to another vocabulary.
-  const fs::path other = temp_dir("vocab_other");
+  const fs::path other = fresh_temp_path("vocab_other");
   BpeTrainOptions o;
   o.vocab_size = 90;
   SubwordVocab::train(toy_sentences(), other.string(), o);
@@ -148,7 +132,7 @@ TEST(SubwordVocab, Errors) {
       << m;
   EXPECT_NE(m.find("this vocabulary has size 100"), std::string::npos) << m;
   // spm.model replaced behind vocab.txt's back.
-  const fs::path toy_dir = temp_dir("vocab_copy");
+  const fs::path toy_dir = fresh_temp_path("vocab_copy");
   SubwordVocab::train(toy_sentences(), toy_dir.string(), BpeTrainOptions{100, 2});
   fs::copy_file(toy_dir / "spm.model", other / "spm.model", fs::copy_options::overwrite_existing);
   EXPECT_THROW(SubwordVocab::load(other.string()), attn::FormatError);
@@ -160,7 +144,7 @@ TEST(SubwordVocab, Errors) {
 
   o.vocab_size = 5000;  // far more pieces than the text has
   EXPECT_NE(error_of<attn::DataError>([&] {
-              SubwordVocab::train(toy_sentences(), temp_dir("vocab_big").string(), o);
+              SubwordVocab::train(toy_sentences(), fresh_temp_path("vocab_big").string(), o);
             }).find("sentencepiece BPE training (vocab_size 5000"),
             std::string::npos);
 }

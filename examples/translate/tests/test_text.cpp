@@ -17,6 +17,7 @@
 #include <attn/error.hpp>
 
 #include "error_helpers.hpp"
+#include "temp_paths.hpp"
 
 #include "corpus_io.hpp"
 #include "gettext_corpus.hpp"
@@ -25,8 +26,12 @@
 namespace fs = std::filesystem;
 using namespace attn::translate;
 using attn::testing::error_of;
+using attn::translate::testing::temp_dir;
+using attn::translate::testing::TempCleanup;
 
 namespace {
+
+[[maybe_unused]] const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new TempCleanup);
 
 // A minimal .mo writer, independent of the parser: header, original table, translation table,
 // no hash table, then the strings, each followed by a NUL.
@@ -72,28 +77,6 @@ std::vector<RawEntry> sample_entries() {
            "ffnen"},
           {"menu\x04_Quit", "_Beenden"},
           {"One file\0%d files"s, "Eine Datei\0%d Dateien"s}};
-}
-
-std::string temp_prefix() { return "attn_translate_" + std::to_string(::getpid()) + "_"; }
-
-// Removes this process's temporary directories after the last test.
-class TempCleanup : public ::testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(fs::temp_directory_path(), ec))
-      if (e.path().filename().string().rfind(temp_prefix(), 0) == 0) fs::remove_all(e.path(), ec);
-  }
-};
-[[maybe_unused]] const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new TempCleanup);
-
-fs::path temp_dir(const std::string& name) {
-  // The process id keeps tests that ctest runs in parallel processes apart.
-  const fs::path dir =
-      fs::temp_directory_path() / ("attn_translate_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
 }
 
 void write_bytes(const fs::path& path, const std::string& bytes) {

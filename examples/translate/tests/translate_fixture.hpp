@@ -18,6 +18,7 @@
 
 #include "corpus_io.hpp"
 #include "error_helpers.hpp"
+#include "temp_paths.hpp"
 #include "trainer.hpp"
 
 namespace attn::translate::testing {
@@ -81,8 +82,8 @@ class TempDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ = fs::temp_directory_path() / ("attn_translate_" + std::to_string(::getpid()) + "_" +
-                                         info->test_suite_name() + "_" + info->name());
+    root_ =
+        fs::temp_directory_path() / (temp_prefix() + info->test_suite_name() + "_" + info->name());
     fs::remove_all(root_);
     fs::create_directories(root_);
   }
