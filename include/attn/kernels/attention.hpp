@@ -187,15 +187,8 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
                         Index ldv, const T* out, Index ldo, const T* lse,
                         const AttentionShape& shape, const AttentionMask<T>& mask, T scale,
                         const AttentionDropout& dropout = {}) {
-  detail::check_attention("attention_backward", shape, mask, dropout,
-                          {{"lddq", lddq},
-                           {"lddk", lddk},
-                           {"lddv", lddv},
-                           {"lddo", lddo},
-                           {"ldq", ldq},
-                           {"ldk", ldk},
-                           {"ldv", ldv},
-                           {"ldo", ldo}});
+  detail::check_attention_backward("attention_backward", shape, mask, dropout, lddq, lddk, lddv,
+                                   lddo, ldq, ldk, ldv, ldo);
   const Index H = shape.heads, Tq = shape.queries, S = shape.keys, K = shape.head_dim;
   const bool drop = dropout.p > 0.0;
   const T inv_keep = T(1 / (1 - dropout.p));

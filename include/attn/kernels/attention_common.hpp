@@ -61,5 +61,22 @@ void check_attention(const char* who, const AttentionShape& s, const AttentionMa
   mask.check(s.batch, s.queries, s.keys);
 }
 
+/// check_attention with the eight leading dimensions every backward kernel takes.
+template <class T>
+void check_attention_backward(const char* who, const AttentionShape& s,
+                              const AttentionMask<T>& mask, const AttentionDropout& dropout,
+                              Index lddq, Index lddk, Index lddv, Index lddo, Index ldq, Index ldk,
+                              Index ldv, Index ldo) {
+  check_attention(who, s, mask, dropout,
+                  {{"lddq", lddq},
+                   {"lddk", lddk},
+                   {"lddv", lddv},
+                   {"lddo", lddo},
+                   {"ldq", ldq},
+                   {"ldk", ldk},
+                   {"ldv", ldv},
+                   {"ldo", ldo}});
+}
+
 }  // namespace detail
 }  // namespace attn::kernels

@@ -102,15 +102,8 @@ void attention_backward_naive(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index
                               const AttentionDropout& dropout = {}) {
   (void)out;
   (void)lse;
-  detail::check_attention("attention_backward_naive", shape, mask, dropout,
-                          {{"lddq", lddq},
-                           {"lddk", lddk},
-                           {"lddv", lddv},
-                           {"lddo", lddo},
-                           {"ldq", ldq},
-                           {"ldk", ldk},
-                           {"ldv", ldv},
-                           {"ldo", ldo}});
+  detail::check_attention_backward("attention_backward_naive", shape, mask, dropout, lddq, lddk,
+                                   lddv, lddo, ldq, ldk, ldv, ldo);
   const Index B = shape.batch, H = shape.heads, Tq = shape.queries, S = shape.keys,
               K = shape.head_dim;
   std::vector<T> lse_bh(static_cast<std::size_t>(Tq));
