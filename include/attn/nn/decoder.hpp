@@ -1,6 +1,6 @@
-// The decoder of the paper (section 3.1): N identical layers, each masked (causal) self-attention,
-// cross-attention over the encoder output ("memory") and a feed-forward sublayer, with a residual
-// connection around each.
+// The decoder of the paper (section 3.1, Figure 1 right): N identical layers, each masked (causal)
+// self-attention, cross-attention over the encoder output ("memory") and a feed-forward sublayer,
+// with a residual connection around each (residual.hpp).
 //
 //   post-norm (the paper):  y = norm1(y + dropout1(self_attn(y)))           causal + tgt padding
 //                           y = norm2(y + dropout2(multihead_attn(y, mem)))  memory padding
@@ -20,8 +20,16 @@
 #include <string>
 #include <vector>
 
-#include "attn/nn/encoder.hpp"
+#include "attn/mask.hpp"
+#include "attn/nn/dropout.hpp"
+#include "attn/nn/feed_forward.hpp"
 #include "attn/nn/kv_cache.hpp"
+#include "attn/nn/layer_norm.hpp"
+#include "attn/nn/layer_options.hpp"
+#include "attn/nn/layer_stack.hpp"
+#include "attn/nn/module.hpp"
+#include "attn/nn/multi_head_attention.hpp"
+#include "attn/nn/residual.hpp"
 
 namespace attn {
 
@@ -114,44 +122,28 @@ class DecoderLayer : public Module<T> {
     detail::check_activation(memory, options_.d_model, "DecoderLayer", "memory", y.size(0));
     self_mask_.key_padding = tgt_padding;
     cross_mask_.key_padding = memory_padding;
-    if (!options_.norm_first) {
-      detail::add_into(sum1_, y, dropout1.forward(self_attn.forward_self(y, self_mask_)));
-      const Tensor<T>& h1 = norm1.forward(sum1_);
-      detail::add_into(sum2_, h1,
-                       dropout2.forward(multihead_attn.forward_cross(h1, memory, cross_mask_)));
-      const Tensor<T>& h2 = norm2.forward(sum2_);
-      detail::add_into(sum3_, h2, dropout3.forward(ffn.forward(h2)));
-      return norm3.forward(sum3_);
-    }
-    detail::add_into(sum1_, y,
-                     dropout1.forward(self_attn.forward_self(norm1.forward(y), self_mask_)));
-    detail::add_into(
-        sum2_, sum1_,
-        dropout2.forward(multihead_attn.forward_cross(norm2.forward(sum1_), memory, cross_mask_)));
-    detail::add_into(sum3_, sum2_, dropout3.forward(ffn.forward(norm3.forward(sum2_))));
-    return sum3_;
+    const Tensor<T>& h1 = self_attn_residual_.forward(
+        y, [&](auto& in) -> auto& { return self_attn.forward_self(in, self_mask_); });
+    const Tensor<T>& h2 = cross_attn_residual_.forward(
+        h1, [&](auto& in) -> auto& {
+          return multihead_attn.forward_cross(in, memory, cross_mask_);
+        });
+    return ffn_residual_.forward(
+        h2, [&](auto& in) -> auto& { return ffn.forward(in); });
   }
 
   /// dy [B, T, D] -> dy_in [B, T, D]; the memory's gradient is dmemory(). Accumulates every
   /// parameter gradient.
   const Tensor<T>& backward(const Tensor<T>& dy) {
-    ATTN_CHECK(dy.shape() == sum3_.shape(), ShapeError,
-               "DecoderLayer::backward: expected dy of shape ", sum3_.shape(), ", got ",
-               dy.shape());
-    if (!options_.norm_first) {
-      const Tensor<T>& ds3 = norm3.backward(dy);
-      detail::add_into(dh2_, ds3, ffn.backward(dropout3.backward(ds3)));
-      const Tensor<T>& ds2 = norm2.backward(dh2_);
-      detail::add_into(dh1_, ds2, multihead_attn.backward(dropout2.backward(ds2)));
-      const Tensor<T>& ds1 = norm1.backward(dh1_);
-      detail::add_into(dy_, ds1, self_attn.backward(dropout1.backward(ds1)));
-      return dy_;
-    }
-    // y3 = s2 + drop(ffn(norm3(s2))): ds2 = dy + norm3'(ffn'(dy)); likewise down the stack.
-    detail::add_into(dh2_, dy, norm3.backward(ffn.backward(dropout3.backward(dy))));
-    detail::add_into(dh1_, dh2_, norm2.backward(multihead_attn.backward(dropout2.backward(dh2_))));
-    detail::add_into(dy_, dh1_, norm1.backward(self_attn.backward(dropout1.backward(dh1_))));
-    return dy_;
+    const Shape& y_shape = ffn_residual_.output_shape();
+    ATTN_CHECK(dy.shape() == y_shape, ShapeError, "DecoderLayer::backward: expected dy of shape ",
+               y_shape, ", got ", dy.shape());
+    const Tensor<T>& dh2 = ffn_residual_.backward(
+        dy, [&](auto& d) -> auto& { return ffn.backward(d); });
+    const Tensor<T>& dh1 = cross_attn_residual_.backward(
+        dh2, [&](auto& d) -> auto& { return multihead_attn.backward(d); });
+    return self_attn_residual_.backward(
+        dh1, [&](auto& d) -> auto& { return self_attn.backward(d); });
   }
 
   /// Gradient of the memory [B, S, D] from the last backward (overwritten by each).
@@ -166,21 +158,14 @@ class DecoderLayer : public Module<T> {
     detail::check_activation(memory, options_.d_model, "DecoderLayer::forward_step", "memory",
                              y_t.size(0));
     cross_mask_.key_padding = memory_padding;
-    if (!options_.norm_first) {
-      detail::add_into(sum1_, y_t, self_attn.forward_self_step(y_t, cache.self));
-      const Tensor<T>& h1 = norm1.forward(sum1_);
-      detail::add_into(sum2_, h1,
-                       multihead_attn.forward_cross_cached(h1, memory, cache.cross, cross_mask_));
-      const Tensor<T>& h2 = norm2.forward(sum2_);
-      detail::add_into(sum3_, h2, ffn_step(h2));
-      return norm3.forward(sum3_);
-    }
-    detail::add_into(sum1_, y_t, self_attn.forward_self_step(norm1.forward(y_t), cache.self));
-    detail::add_into(sum2_, sum1_,
-                     multihead_attn.forward_cross_cached(norm2.forward(sum1_), memory, cache.cross,
-                                                         cross_mask_));
-    detail::add_into(sum3_, sum2_, ffn_step(norm3.forward(sum2_)));
-    return sum3_;
+    const Tensor<T>& h1 = self_attn_residual_.step(
+        y_t, [&](auto& in) -> auto& { return self_attn.forward_self_step(in, cache.self); });
+    const Tensor<T>& h2 = cross_attn_residual_.step(
+        h1, [&](auto& in) -> auto& {
+          return multihead_attn.forward_cross_cached(in, memory, cache.cross, cross_mask_);
+        });
+    return ffn_residual_.step(
+        h2, [&](auto& in) -> auto& { return ffn_step(in); });
   }
 
   const LayerOptions& options() const { return options_; }
@@ -205,11 +190,12 @@ class DecoderLayer : public Module<T> {
   Dropout<T> dropout1, dropout2, dropout3;
 
  private:
-  AttentionMask<T> self_mask_;    // causal + tgt padding of the last forward
-  AttentionMask<T> cross_mask_;   // memory padding of the last forward
-  Tensor<T> sum1_, sum2_, sum3_;  // [B, T, D] residual sums (pre-norm: sum3_ is the output)
-  Tensor<T> dh1_, dh2_;           // [B, T, D] gradients between sublayers
-  Tensor<T> dy_;                  // [B, T, D] input-gradient buffer
+  AttentionMask<T> self_mask_;   // causal + tgt padding of the last forward
+  AttentionMask<T> cross_mask_;  // memory padding of the last forward
+  // Figure 1, right: three sublayers, each inside a residual connection (residual.hpp).
+  Residual<T> self_attn_residual_{norm1, dropout1, options_.norm_first};
+  Residual<T> cross_attn_residual_{norm2, dropout2, options_.norm_first};
+  Residual<T> ffn_residual_{norm3, dropout3, options_.norm_first};
 };
 
 /// N decoder layers, and a final LayerNorm when `final_norm` (layer_stack.hpp).

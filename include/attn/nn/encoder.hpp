@@ -1,5 +1,6 @@
-// The encoder of the paper (section 3.1): a stack of N identical layers, each a self-attention
-// sublayer and a feed-forward sublayer with a residual connection around each.
+// The encoder of the paper (section 3.1, Figure 1 left): a stack of N identical layers, each a
+// self-attention sublayer and a feed-forward sublayer with a residual connection around each
+// (residual.hpp):
 //
 //   post-norm (the paper):  x = norm1(x + dropout1(self_attn(x)))
 //                           x = norm2(x + dropout2(ffn(x)))
@@ -24,38 +25,9 @@
 #include "attn/nn/layer_stack.hpp"
 #include "attn/nn/module.hpp"
 #include "attn/nn/multi_head_attention.hpp"
+#include "attn/nn/residual.hpp"
 
 namespace attn {
-
-namespace detail {
-
-/// Validates before any member is built, so the error names the LayerOptions field.
-inline const LayerOptions& validated(const LayerOptions& o) {
-  o.validate();
-  return o;
-}
-
-/// out <- a + b (same shape), into out's reused storage.
-template <class T>
-void add_into(Tensor<T>& out, const Tensor<T>& a, const Tensor<T>& b) {
-  ATTN_ASSERT(a.shape() == b.shape());
-  out.resize(a.shape());
-  out.vector() = a.vector() + b.vector();
-}
-
-/// Throws ShapeError unless x is [B, L, D] (and B == batch when batch >= 0).
-template <class T>
-void check_activation(const Tensor<T>& x, Index d_model, const char* who, const char* what,
-                      Index batch = -1) {
-  const bool ok = x.rank() == 3 && x.size(2) == d_model && (batch < 0 || x.size(0) == batch);
-  if (batch < 0)
-    ATTN_CHECK(ok, ShapeError, who, ": expected ", what, " [B, L, ", d_model, "], got ", x.shape());
-  else
-    ATTN_CHECK(ok, ShapeError, who, ": expected ", what, " [", batch, ", S, ", d_model,
-               "] (B of the target), got ", x.shape());
-}
-
-}  // namespace detail
 
 template <class T>
 class EncoderLayer : public Module<T> {
@@ -89,36 +61,21 @@ class EncoderLayer : public Module<T> {
   const Tensor<T>& forward(const Tensor<T>& x, const KeyPaddingMask& src_padding) {
     detail::check_activation(x, options_.d_model, "EncoderLayer", "x");
     mask_.key_padding = src_padding;
-    if (!options_.norm_first) {
-      detail::add_into(sum1_, x, dropout1.forward(self_attn.forward_self(x, mask_)));
-      const Tensor<T>& h = norm1.forward(sum1_);
-      detail::add_into(sum2_, h, dropout2.forward(ffn.forward(h)));
-      return norm2.forward(sum2_);
-    }
-    detail::add_into(sum1_, x, dropout1.forward(self_attn.forward_self(norm1.forward(x), mask_)));
-    detail::add_into(sum2_, sum1_, dropout2.forward(ffn.forward(norm2.forward(sum1_))));
-    return sum2_;
+    const Tensor<T>& h = self_attn_residual_.forward(
+        x, [&](auto& in) -> auto& { return self_attn.forward_self(in, mask_); });
+    return ffn_residual_.forward(
+        h, [&](auto& in) -> auto& { return ffn.forward(in); });
   }
 
   /// dy [B, S, D] -> dx [B, S, D]; accumulates every parameter gradient.
   const Tensor<T>& backward(const Tensor<T>& dy) {
-    ATTN_CHECK(dy.shape() == sum2_.shape(), ShapeError,
-               "EncoderLayer::backward: expected dy of shape ", sum2_.shape(), ", got ",
-               dy.shape());
-    if (!options_.norm_first) {
-      // h = norm1(s1), s2 = h + drop(ffn(h)), y = norm2(s2): dh = ds2 + ffn'(ds2).
-      const Tensor<T>& ds2 = norm2.backward(dy);
-      detail::add_into(dh_, ds2, ffn.backward(dropout2.backward(ds2)));
-      // s1 = x + drop(attn(x)): dx = ds1 + attn'(ds1).
-      const Tensor<T>& ds1 = norm1.backward(dh_);
-      detail::add_into(dx_, ds1, self_attn.backward(dropout1.backward(ds1)));
-      return dx_;
-    }
-    // y = s1 + drop(ffn(norm2(s1))): ds1 = dy + norm2'(ffn'(dy)).
-    detail::add_into(dh_, dy, norm2.backward(ffn.backward(dropout2.backward(dy))));
-    // s1 = x + drop(attn(norm1(x))): dx = ds1 + norm1'(attn'(ds1)).
-    detail::add_into(dx_, dh_, norm1.backward(self_attn.backward(dropout1.backward(dh_))));
-    return dx_;
+    const Shape& y_shape = ffn_residual_.output_shape();
+    ATTN_CHECK(dy.shape() == y_shape, ShapeError, "EncoderLayer::backward: expected dy of shape ",
+               y_shape, ", got ", dy.shape());
+    const Tensor<T>& dh = ffn_residual_.backward(
+        dy, [&](auto& d) -> auto& { return ffn.backward(d); });
+    return self_attn_residual_.backward(
+        dh, [&](auto& d) -> auto& { return self_attn.backward(d); });
   }
 
   const LayerOptions& options() const { return options_; }
@@ -134,10 +91,9 @@ class EncoderLayer : public Module<T> {
 
  private:
   AttentionMask<T> mask_;  // key padding of the last forward (the attention keeps its own copy)
-  Tensor<T> sum1_;         // [B, S, D] first residual sum (pre-norm: also norm2's input)
-  Tensor<T> sum2_;         // [B, S, D] second residual sum (pre-norm: the output)
-  Tensor<T> dh_;           // [B, S, D] gradient between the two sublayers
-  Tensor<T> dx_;           // [B, S, D] input-gradient buffer
+  // Figure 1, left: two sublayers, each inside a residual connection (residual.hpp).
+  Residual<T> self_attn_residual_{norm1, dropout1, options_.norm_first};
+  Residual<T> ffn_residual_{norm2, dropout2, options_.norm_first};
 };
 
 /// N encoder layers, and a final LayerNorm when `final_norm` (layer_stack.hpp).
