@@ -1,7 +1,8 @@
-// One full training step (forward, label-smoothed loss, backward, Adam) and greedy decoding of the
-// whole Transformer, in the setting of ../shared/bench/peers/torch_transformer.py so the numbers
-// compare with PyTorch's: float, a shared 8000-token vocabulary, dropout 0.1, label smoothing 0.1,
-// Adam (0.9, 0.98, 1e-9), random token ids, batch 32 x 64 source and 64 target tokens.
+// One full training step (forward, label-smoothed loss, backward, Adam), greedy and beam decoding
+// of the whole Transformer, in the setting of ../shared/bench/peers/torch_transformer.py so the
+// numbers compare with PyTorch's: float, a shared 8000-token vocabulary, dropout 0.1, label
+// smoothing 0.1, Adam (0.9, 0.98, 1e-9), random token ids, batch 32 x 64 source and 64 target
+// tokens.
 //
 // FLOP model (multiply-add = 2), forward, per batch; training = 3 x forward (the peer's model):
 //   encoder layer: Ns*(8d^2 + 4*Ls*d + 4*d*dff)
@@ -11,6 +12,7 @@
 #include <benchmark/benchmark.h>
 
 #include <attn/attn.hpp>
+#include <attn/decode/beam_search.hpp>
 #include <attn/decode/greedy.hpp>
 #include <attn/train/adam.hpp>
 #include <attn/train/label_smoothed_loss.hpp>
@@ -84,6 +86,28 @@ void BM_GreedyDecode(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(produced), benchmark::Counter::kIsRate);
 }
 
+// Beam search, beam 4, of up to 30 tokens for a 30-token source, as BM_GreedyDecode. The encoder
+// runs once per sentence (before commit "decode: beam search as a state object", on all beam*batch
+// copies of the source): compare this row on the two commits to see the encoder's share drop.
+// tokens/s counts the tokens of the returned hypotheses (+ EOS), the encoder included.
+void BM_BeamDecode(benchmark::State& state) {
+  const auto config = config_for(1);
+  attn::set_num_threads(static_cast<int>(state.range(1)));
+  attn::Transformer<float> model(config);
+  const attn::Index B = state.range(0), L = 30;
+  const auto src = random_ids(B, L, 4);
+  attn::DecodeOptions opt;
+  opt.eos = 3;
+  opt.beam_size = 4;
+  opt.max_extra_length = 0;
+  std::size_t produced = 0;
+  for (auto _ : state) {
+    for (const auto& h : attn::beam_search(model, src, opt)) produced += h.size() + 1;
+  }
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(produced), benchmark::Counter::kIsRate);
+}
+
 }  // namespace
 
 BENCHMARK(BM_TrainStep)
@@ -100,6 +124,14 @@ BENCHMARK(BM_GreedyDecode)
     ->Args({1, 1})
     ->Args({1, 2})
     ->Args({32, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(2.0);
+
+BENCHMARK(BM_BeamDecode)
+    ->ArgNames({"batch", "threads"})
+    ->Args({1, 1})
+    ->Args({8, 2})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MinTime(2.0);

@@ -22,6 +22,7 @@
 #include "attn/nn/module.hpp"
 #include "attn/nn/multi_head_attention.hpp"
 #include "attn/nn/positional_encoding.hpp"
+#include "attn/nn/residual.hpp"
 #include "attn/nn/transformer.hpp"
 
 #include "attn/train/adam.hpp"
@@ -29,5 +30,7 @@
 #include "attn/train/label_smoothed_loss.hpp"
 #include "attn/train/schedule.hpp"
 
+#include "attn/decode/beam.hpp"
 #include "attn/decode/beam_search.hpp"
 #include "attn/decode/greedy.hpp"
+#include "attn/decode/options.hpp"

@@ -4,6 +4,7 @@
 //   B batch          S source length     T target length    L a length that may be either
 //   D d_model        H heads             K d_k = d_v = D/H  F d_ff
 //   V vocabulary     N rows of a flattened activation (B*S or B*T)
+//   W beam width (beam search; K is taken by d_k)
 //
 // A Tensor is a handle, like torch.Tensor: copying it copies the handle, not the numbers, and
 // reshape()/slice() return views of the same storage. clone() makes a deep copy. Activations are

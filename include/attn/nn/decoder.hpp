@@ -53,6 +53,14 @@ struct DecoderLayerCache {
     self.reorder(rows);
     if (cross.length > 0) cross.reorder(rows);
   }
+  /// Row b becomes row rows[b] of `from` (see KVCache::gather).
+  void gather(const DecoderLayerCache& from, const std::vector<Index>& rows) {
+    self.gather(from.self, rows);
+    if (from.cross.length > 0)
+      cross.gather(from.cross, rows);
+    else
+      cross.clear();
+  }
 };
 
 /// The caches of a decoder stack, one per layer. allocate() once per batch size and maximum
@@ -71,6 +79,11 @@ struct DecoderCache {
   /// Beam search: row b continues from row rows[b] in every layer (see KVCache::reorder).
   void reorder(const std::vector<Index>& rows) {
     for (auto& l : layers) l.reorder(rows);
+  }
+  /// Row b becomes row rows[b] of `from` in every layer (see KVCache::gather).
+  void gather(const DecoderCache& from, const std::vector<Index>& rows) {
+    layers.resize(from.layers.size());
+    for (std::size_t i = 0; i < layers.size(); ++i) layers[i].gather(from.layers[i], rows);
   }
   /// Target positions decoded so far.
   Index length() const { return layers.empty() ? 0 : layers.front().self.length; }

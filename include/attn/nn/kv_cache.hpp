@@ -50,6 +50,27 @@ struct KVCache {
     reorder(values, rows);
   }
 
+  /// Row b becomes row rows[b] of `from`, positions [0, from.length): what beam search does when
+  /// the first step, run once per sentence, hands each sentence's cache to its beams. Keeps this
+  /// cache's storage when it has the rows and the room, else takes from's capacity.
+  void gather(const KVCache& from, const std::vector<Index>& rows) {
+    ATTN_CHECK(from.allocated(), ShapeError, "KVCache::gather: the source cache is not allocated");
+    for (Index r : rows)
+      ATTN_CHECK(r >= 0 && r < from.batch(), IndexError, "KVCache::gather: row ", r,
+                 " out of range [0, ", from.batch(), ")");
+    const Index B = static_cast<Index>(rows.size()), D = from.keys.size(2);
+    const bool fits = allocated() && batch() == B && capacity() >= from.length && keys.size(2) == D;
+    const Index cap = fits ? capacity() : from.capacity();
+    if (!fits) allocate(B, cap, D);
+    const Index n = from.length * D;
+    for (Index b = 0; b < B; ++b) {
+      const Index src = rows[static_cast<std::size_t>(b)] * from.capacity() * D;
+      std::copy_n(from.keys.data() + src, n, keys.data() + b * cap * D);
+      std::copy_n(from.values.data() + src, n, values.data() + b * cap * D);
+    }
+    length = from.length;
+  }
+
  private:
   void reorder(Tensor<T>& t, const std::vector<Index>& rows) {
     const Index B = t.size(0), cap = t.size(1), n = length * t.size(2);

@@ -1,0 +1,65 @@
+// What every decoding strategy (greedy.hpp, beam_search.hpp) shares: its options, the output length
+// limit each source row allows, and running the model in evaluation mode.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "attn/error.hpp"
+#include "attn/nn/module.hpp"
+#include "attn/tensor.hpp"
+
+namespace attn {
+
+struct DecodeOptions {
+  TokenId bos = 2;              // first decoder input
+  TokenId eos = 3;              // ends a hypothesis (not part of the returned tokens)
+  Index max_extra_length = 50;  // output length limit = source length + 50 (the paper, 6.1)
+  Index beam_size = 4;          // W, the paper's beam (beam_search only)
+  double length_penalty = 0.6;  // alpha of GNMT's ((5 + |Y|) / 6)^alpha (beam_search only)
+
+  void validate(Index vocab) const {
+    ATTN_CHECK(bos >= 0 && bos < vocab && eos >= 0 && eos < vocab, ConfigError, "decode: bos (",
+               bos, ") and eos (", eos, ") must be in the vocabulary [0, ", vocab, ")");
+    ATTN_CHECK(max_extra_length >= 0, ConfigError, "decode: max_extra_length must be >= 0, got ",
+               max_extra_length);
+    ATTN_CHECK(beam_size >= 1, ConfigError, "decode: beam_size must be >= 1, got ", beam_size);
+    ATTN_CHECK(length_penalty >= 0, ConfigError, "decode: length_penalty must be >= 0, got ",
+               length_penalty);
+  }
+};
+
+namespace detail {
+
+/// Non-padding tokens of each source row: the length that bounds its output.
+inline std::vector<Index> source_lengths(const Tensor<TokenId>& src, TokenId pad) {
+  std::vector<Index> len(static_cast<std::size_t>(src.size(0)), 0);
+  for (Index b = 0; b < src.size(0); ++b)
+    for (Index s = 0; s < src.size(1); ++s) len[static_cast<std::size_t>(b)] += src(b, s) != pad;
+  return len;
+}
+
+/// The output length limit of each source row of `src` [B, S]: its length + max_extra_length.
+inline std::vector<Index> output_limits(const Tensor<TokenId>& src, TokenId pad,
+                                        const DecodeOptions& opts) {
+  std::vector<Index> limit = source_lengths(src, pad);
+  for (Index& l : limit) l += opts.max_extra_length;
+  return limit;
+}
+
+/// Puts `model` in eval mode for the lifetime of the guard, then restores its mode.
+template <class T>
+class EvalGuard {
+ public:
+  explicit EvalGuard(Module<T>& m) : m_(m), was_training_(m.is_training()) { m_.eval(); }
+  ~EvalGuard() { m_.train(was_training_); }
+  EvalGuard(const EvalGuard&) = delete;
+  EvalGuard& operator=(const EvalGuard&) = delete;
+
+ private:
+  Module<T>& m_;
+  bool was_training_;
+};
+
+}  // namespace detail
+}  // namespace attn

@@ -1,0 +1,245 @@
+// Beam search (decode/beam_search.hpp) against the algorithm it replaced, kept here verbatim as
+// the oracle: that version repeated each source K times and encoded all B*K copies; the state
+// object encodes each source once and shares its memory among the beams. Outputs must be the
+// same hypotheses, on a model trained (deterministically, a few seconds) to reverse sentences so
+// that its beams are meaningful, over beam widths 1..5, length limits that end beams early,
+// padding, and sentences finishing at different steps.
+#include <attn/decode/beam_search.hpp>
+
+#include "pch.hpp"
+#include "training_task.hpp"
+
+namespace attn {
+namespace {
+
+// ---- The oracle: beam_search as of commit 3edeb8a, renamed. Do not "fix" it. -------------------
+/// The best hypothesis of each source row of `src` [B, S], without BOS and EOS.
+template <class T>
+std::vector<std::vector<TokenId>> reference_beam_search(Transformer<T>& model,
+                                                        const Tensor<TokenId>& src,
+                                                        const DecodeOptions& opts = {}) {
+  const Index V = model.config().tgt_vocab;
+  opts.validate(V);
+  detail::EvalGuard<T> guard(model);
+  const Index B = src.size(0), S = src.size(1), K = opts.beam_size;
+  const std::vector<Index> src_len = detail::source_lengths(src, model.config().pad_id);
+  const Index max_len = *std::max_element(src_len.begin(), src_len.end()) + opts.max_extra_length;
+
+  // Every source row repeated K times: row b*K + k is beam k of sentence b.
+  Tensor<TokenId> src_rep({B * K, S});
+  for (Index r = 0; r < B * K; ++r)
+    std::copy_n(src.data() + (r / K) * S, S, src_rep.data() + r * S);
+  const Tensor<T>& memory = model.encode(src_rep);
+  DecoderCache<T> cache = model.decoder.make_cache(B * K, std::max<Index>(max_len, 1));
+
+  struct Finished {
+    std::vector<TokenId> tokens;
+    double score;  // log P / lp
+  };
+  const double kNegInf = -std::numeric_limits<double>::infinity();
+  std::vector<std::vector<TokenId>> hyps(static_cast<std::size_t>(B * K));      // live beam tokens
+  std::vector<double> scores(static_cast<std::size_t>(B * K), kNegInf);         // live log P
+  for (Index b = 0; b < B; ++b) scores[static_cast<std::size_t>(b * K)] = 0.0;  // one live beam
+  std::vector<std::vector<Finished>> finished(static_cast<std::size_t>(B));
+  std::vector<bool> done(static_cast<std::size_t>(B), false);
+
+  Tensor<TokenId> tokens = Tensor<TokenId>::full({B * K, 1}, opts.bos);
+  std::vector<double> logp(static_cast<std::size_t>(V));
+  std::vector<Index> cand(static_cast<std::size_t>(K * V));
+  std::vector<double> cand_score(static_cast<std::size_t>(K * V));
+  std::vector<Index> origin(static_cast<std::size_t>(B * K));
+  std::vector<std::vector<TokenId>> next_hyps(static_cast<std::size_t>(B * K));
+  std::vector<double> next_scores(static_cast<std::size_t>(B * K));
+
+  for (Index t = 0; t < max_len; ++t) {
+    const Tensor<T>& logits = model.decode_step(tokens, t, memory, cache);  // [B*K, 1, V]
+    bool all_done = true;
+    for (Index b = 0; b < B; ++b) {
+      const std::size_t ub = static_cast<std::size_t>(b);
+      if (done[ub]) {
+        for (Index k = 0; k < K; ++k) {  // keep the rows in place; their outputs are ignored
+          origin[static_cast<std::size_t>(b * K + k)] = b * K + k;
+          next_scores[static_cast<std::size_t>(b * K + k)] = kNegInf;
+        }
+        continue;
+      }
+      // Total log-probability of every (beam, token) continuation.
+      for (Index k = 0; k < K; ++k) {
+        const Index r = b * K + k;
+        const T* row = logits.data() + r * V;
+        const double mx = *std::max_element(row, row + V);
+        double sum = 0;
+        for (Index v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+        const double lse = mx + std::log(sum);
+        for (Index v = 0; v < V; ++v)
+          cand_score[static_cast<std::size_t>(k * V + v)] =
+              scores[static_cast<std::size_t>(r)] + static_cast<double>(row[v]) - lse;
+      }
+      std::iota(cand.begin(), cand.end(), Index(0));
+      const Index top = std::min<Index>(2 * K, K * V);
+      std::partial_sort(cand.begin(), cand.begin() + top, cand.end(), [&](Index a, Index c) {
+        const double sa = cand_score[static_cast<std::size_t>(a)],
+                     sc = cand_score[static_cast<std::size_t>(c)];
+        return sa > sc || (sa == sc && a < c);
+      });
+      const bool at_limit = t + 1 >= src_len[ub] + opts.max_extra_length;
+      Index kept = 0;
+      for (Index i = 0; i < top && kept < K; ++i) {
+        const Index c = cand[static_cast<std::size_t>(i)];
+        const double sc = cand_score[static_cast<std::size_t>(c)];
+        if (sc == kNegInf) break;
+        const Index k = c / V;
+        const TokenId tok = static_cast<TokenId>(c % V);
+        const auto& hyp = hyps[static_cast<std::size_t>(b * K + k)];
+        if (tok == opts.eos) {
+          if (i < K) {
+            const Index len = static_cast<Index>(hyp.size()) + 1;
+            finished[ub].push_back({hyp, sc / gnmt_length_penalty(len, opts.length_penalty)});
+          }
+          continue;
+        }
+        const std::size_t dst = static_cast<std::size_t>(b * K + kept);
+        next_hyps[dst] = hyp;
+        next_hyps[dst].push_back(tok);
+        next_scores[dst] = sc;
+        origin[dst] = b * K + k;
+        ++kept;
+      }
+      for (Index k = kept; k < K; ++k) {  // fewer live continuations than beams
+        origin[static_cast<std::size_t>(b * K + k)] = b * K + k;
+        next_scores[static_cast<std::size_t>(b * K + k)] = kNegInf;
+        next_hyps[static_cast<std::size_t>(b * K + k)].clear();
+      }
+      if (at_limit) {  // finish the live beams as they stand
+        for (Index k = 0; k < kept; ++k) {
+          const auto& hyp = next_hyps[static_cast<std::size_t>(b * K + k)];
+          finished[ub].push_back(
+              {hyp, next_scores[static_cast<std::size_t>(b * K + k)] /
+                        gnmt_length_penalty(static_cast<Index>(hyp.size()), opts.length_penalty)});
+        }
+      }
+      if (static_cast<Index>(finished[ub].size()) >= K || at_limit || kept == 0) done[ub] = true;
+      all_done = all_done && done[ub];
+    }
+    if (all_done) break;
+    for (Index r = 0; r < B * K; ++r) {
+      const std::size_t ur = static_cast<std::size_t>(r);
+      if (done[static_cast<std::size_t>(r / K)]) continue;
+      hyps[ur].swap(next_hyps[ur]);
+      scores[ur] = next_scores[ur];
+      tokens(r, 0) = hyps[ur].empty() ? opts.eos : hyps[ur].back();
+    }
+    cache.reorder(origin);
+  }
+
+  std::vector<std::vector<TokenId>> out(static_cast<std::size_t>(B));
+  for (Index b = 0; b < B; ++b) {
+    const auto& f = finished[static_cast<std::size_t>(b)];
+    if (f.empty()) continue;
+    const auto best = std::max_element(
+        f.begin(), f.end(), [](const Finished& a, const Finished& c) { return a.score < c.score; });
+    out[static_cast<std::size_t>(b)] = best->tokens;
+  }
+  return out;
+}
+
+// ----------------------------------------------------------------------------------------------
+
+constexpr Index kVocab = 12;
+
+/// A small model trained on the reversal task of training_task.hpp; deterministic (one thread,
+/// fixed seeds), so the same model on every run. Trained once for the whole file.
+Transformer<float>& trained_model() {
+  static testing::Trainer<float>* trainer = [] {
+    const int threads_before = num_threads();
+    set_num_threads(1);
+    auto* t = new testing::Trainer<float>(testing::task_config(kVocab, /*dropout=*/0.0));
+    for (Index step = 0; step < 150; ++step)
+      t->train_step(testing::stream_batch(3, step, 32, kVocab));
+    set_num_threads(threads_before);
+    return t;
+  }();
+  return trainer->model;
+}
+
+DecodeOptions task_options(Index beam, Index extra) {
+  DecodeOptions o;
+  o.bos = testing::kBos;
+  o.eos = testing::kEos;
+  o.beam_size = beam;
+  o.max_extra_length = extra;
+  return o;
+}
+
+TEST(BeamSearch, SameHypothesesAsTheAlgorithmItReplaced) {
+  Transformer<float>& m = trained_model();
+  Rng rng(2024);
+  const testing::Batch held = testing::make_batch(rng, 24, kVocab, 2, 9);
+  Index compared = 0, differing_from_greedy = 0;
+  for (Index beam : {1, 2, 3, 4, 5}) {
+    for (Index extra : {0, 1, 2, 6}) {
+      const DecodeOptions o = task_options(beam, extra);
+      const auto expected = reference_beam_search(m, held.src, o);
+      const auto got = beam_search(m, held.src, o);
+      ASSERT_EQ(got, expected) << "beam " << beam << ", max_extra_length " << extra;
+      const auto greedy = greedy_decode(m, held.src, o);
+      for (std::size_t i = 0; i < got.size(); ++i) differing_from_greedy += got[i] != greedy[i];
+      compared += static_cast<Index>(got.size());
+    }
+  }
+  EXPECT_EQ(compared, 5 * 4 * 24);
+  // The comparison means something only if wider beams change some outputs.
+  EXPECT_GT(differing_from_greedy, 0);
+}
+
+TEST(BeamSearch, OneSentenceAndSentencesOfOnlyPadding) {
+  Transformer<float>& m = trained_model();
+  Tensor<TokenId> one = Tensor<TokenId>::full({1, 5}, testing::kPad);
+  for (Index s = 0; s < 4; ++s) one(0, s) = static_cast<TokenId>(4 + s);
+  Tensor<TokenId> padded = Tensor<TokenId>::full({3, 4}, testing::kPad);
+  padded(0, 0) = 5;
+  padded(2, 0) = 6;
+  padded(2, 1) = 7;
+  for (Index beam : {1, 4}) {
+    for (Index extra : {0, 3}) {
+      const DecodeOptions o = task_options(beam, extra);
+      EXPECT_EQ(beam_search(m, one, o), reference_beam_search(m, one, o)) << beam << " " << extra;
+      EXPECT_EQ(beam_search(m, padded, o), reference_beam_search(m, padded, o))
+          << beam << " " << extra;
+    }
+  }
+}
+
+// How the beams take over the first step's caches: row b of the gathered cache is row rows[b].
+TEST(BeamSearch, KVCacheGatherCopiesRowsAndRefusesBadOnes) {
+  KVCache<float> from;
+  from.allocate(2, 3, 2);  // [B=2, capacity 3, D 2]
+  for (Index i = 0; i < from.keys.numel(); ++i) {
+    from.keys.data()[i] = static_cast<float>(i);
+    from.values.data()[i] = static_cast<float>(100 + i);
+  }
+  from.length = 2;
+  KVCache<float> to;
+  to.allocate(3, 5, 2);
+  to.gather(from, {1, 1, 0});
+  EXPECT_EQ(to.length, 2);
+  EXPECT_EQ(to.capacity(), 5) << "storage with room is kept";
+  for (Index b = 0; b < 3; ++b) {
+    const Index r = b < 2 ? 1 : 0;
+    for (Index i = 0; i < 2 * 2; ++i) {
+      EXPECT_EQ(to.keys.data()[b * 5 * 2 + i], from.keys.data()[r * 3 * 2 + i]) << b << " " << i;
+      EXPECT_EQ(to.values.data()[b * 5 * 2 + i], from.values.data()[r * 3 * 2 + i]);
+    }
+  }
+  try {
+    to.gather(from, {0, 2, 1});
+    FAIL();
+  } catch (const IndexError& e) {
+    EXPECT_NE(std::string(e.what()).find("row 2 out of range [0, 2)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(to.gather(KVCache<float>{}, {0}), ShapeError);
+}
+
+}  // namespace
+}  // namespace attn
