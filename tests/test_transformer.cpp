@@ -175,6 +175,58 @@ TEST(Transformer, ConfigRoundTripsThroughMetadata) {
   EXPECT_THROW(TransformerConfig::from_metadata(m), FormatError);
 }
 
+// One list of fields (visit_fields) serves metadata, validation, printing and layer_options().
+TEST(Transformer, ConfigFieldsAreOneListForMetadataValidationAndPrinting) {
+  TransformerConfig c = TransformerConfig::tiny(20);
+  c.relu_dropout = 0.25;
+  c.norm_first = true;
+  std::vector<std::string> names;
+  c.visit_fields([&](const char* name, const auto&, FieldRule) { names.push_back(name); });
+  EXPECT_EQ(names.size(), 19u);
+  const auto meta = c.to_metadata();
+  EXPECT_EQ(meta.size(), names.size() - 1) << "every field but use_fast_kernel is stored";
+  for (const auto& n : names)
+    EXPECT_EQ(meta.count("config." + n), n == "use_fast_kernel" ? 0u : 1u) << n;
+
+  std::ostringstream printed;
+  printed << c;
+  EXPECT_NE(printed.str().find("src_vocab=20 tgt_vocab=20 share_embeddings=true"), std::string::npos)
+      << printed.str();
+  EXPECT_NE(printed.str().find("relu_dropout=0.25 norm_first=true"), std::string::npos)
+      << printed.str();
+
+  std::ostringstream layer, expected;
+  layer << c.layer_options();
+  expected << "d_model=64 heads=4 d_ff=128 dropout=0 attention_dropout=0 relu_dropout=0.25 "
+              "norm_first=true layer_norm_eps=1e-05 use_fast_kernel=true";
+  EXPECT_EQ(layer.str(), expected.str());
+
+  auto message = [](TransformerConfig bad) {
+    try {
+      bad.validate();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  TransformerConfig bad = c;
+  bad.decoder_layers = 0;
+  EXPECT_EQ(message(bad), "decoder_layers must be > 0, got 0");
+  bad = c;
+  bad.attention_dropout = 1.0;
+  EXPECT_EQ(message(bad), "attention_dropout must be in [0, 1), got 1");
+  bad = c;
+  bad.pad_id = -1;
+  EXPECT_EQ(message(bad), "pad_id must be >= 0, got -1");
+  bad = c;
+  bad.pad_id = 20;
+  EXPECT_EQ(message(bad), "pad_id 20 outside the vocabulary [0, 20)");
+  bad = c;
+  bad.learned_positions = true;
+  bad.max_positions = 0;
+  EXPECT_EQ(message(bad), "max_positions must be > 0 with learned positions, got 0");
+}
+
 // Incremental decoding with caches gives the same logits as the full causal forward.
 TEST(Transformer, DecodeStepMatchesFullForward) {
   TransformerConfig c = TransformerConfig::tiny(25);

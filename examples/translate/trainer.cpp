@@ -9,6 +9,8 @@
 #include <iostream>
 #include <limits>
 #include <sstream>
+#include <string_view>
+#include <type_traits>
 
 #include <attn/parallel.hpp>
 #include <attn/train/checkpoint.hpp>
@@ -55,39 +57,41 @@ std::string meta_get(const std::map<std::string, std::string>& m, const std::str
   return it->second;
 }
 
-// The options that change what training computes: stored in every checkpoint and restored on
-// --resume so that a resumed run continues exactly as the interrupted one would have.
+// TrainOptions::visit_saved lists the options stored in every checkpoint and restored on --resume.
+static_assert(std::string_view(kMaxLenKey) == "translate.max_len",
+              "TrainOptions::visit_saved stores max_len under the key the translator reads");
 void store_options(const TrainOptions& o, std::map<std::string, std::string>& m) {
-  m["train.label_smoothing"] = str(o.label_smoothing);
-  m["train.warmup"] = std::to_string(o.warmup);
-  m["train.lr_factor"] = str(o.lr_factor);
-  m["train.clip_norm"] = str(o.clip_norm);
-  m["train.max_tokens"] = std::to_string(o.max_tokens);
-  m["train.tokens_per_update"] = std::to_string(o.tokens_per_update);
-  m["train.seed"] = std::to_string(o.seed);
-  m[kMaxLenKey] = std::to_string(o.max_len);
+  o.visit_saved([&](const char* key, const auto& v, bool) {
+    if constexpr (std::is_floating_point_v<std::decay_t<decltype(v)>>)
+      m[key] = str(v);
+    else
+      m[key] = std::to_string(v);
+  });
 }
 
 void restore_options(TrainOptions& o, const std::map<std::string, std::string>& m,
                      const std::string& file) {
-  auto num = [&](const std::string& key) {
-    const std::string v = meta_get(m, key, file);
-    try {
-      return std::stod(v);
-    } catch (const std::exception&) {
-      ATTN_CHECK(false, FormatError, file, " metadata ", key, " = '", v, "' is not a number");
+  o.visit_saved([&](const char* key, auto& v, bool required) {
+    using V = std::decay_t<decltype(v)>;
+    if (!required && !m.count(key)) {
+      v = V{};  // a checkpoint from before the option existed: trained with it off
+      return;
     }
-    return 0.0;
-  };
-  o.label_smoothing = num("train.label_smoothing");
-  o.warmup = static_cast<Index>(num("train.warmup"));
-  o.lr_factor = num("train.lr_factor");
-  // Checkpoints from before --clip-norm existed were trained without clipping.
-  o.clip_norm = m.count("train.clip_norm") ? num("train.clip_norm") : 0.0;
-  o.max_tokens = static_cast<Index>(num("train.max_tokens"));
-  o.tokens_per_update = static_cast<Index>(num("train.tokens_per_update"));
-  o.seed = std::stoull(meta_get(m, "train.seed", file));
-  o.max_len = static_cast<Index>(num(kMaxLenKey));
+    const std::string text = meta_get(m, key, file);
+    std::size_t used = 0;
+    try {
+      if constexpr (std::is_floating_point_v<V>)
+        v = std::stod(text, &used);
+      else if constexpr (std::is_unsigned_v<V>)
+        v = static_cast<V>(std::stoull(text, &used));
+      else
+        v = static_cast<V>(std::stoll(text, &used));
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    ATTN_CHECK(used == text.size() && used > 0, FormatError, file, " metadata ", key, " = '", text,
+               "' is not a number");
+  });
 }
 
 std::string encode_curves(const std::vector<CurvePoint>& curves) {

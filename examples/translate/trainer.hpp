@@ -53,6 +53,32 @@ struct TrainOptions {
   Index bleu_sentences = 0;    ///< validation sentences decoded for BLEU; 0: all
   Index log_every = 100;       ///< progress lines when stderr is not a terminal
   bool quiet = false;          ///< no progress output (tests)
+
+  /// f(metadata key, field, required) for the options that change what training computes: the
+  /// one list that every checkpoint stores and --resume restores, so that a resumed run continues
+  /// exactly as the interrupted one would have. `required` is false for options added after
+  /// checkpoints existed (absent: the value they were trained with, the field's default off).
+  template <class F>
+  void visit_saved(F&& f) {
+    visit_saved_fields(*this, f);
+  }
+  template <class F>
+  void visit_saved(F&& f) const {
+    visit_saved_fields(*this, f);
+  }
+
+ private:
+  template <class Self, class F>
+  static void visit_saved_fields(Self& o, F& f) {
+    f("train.label_smoothing", o.label_smoothing, true);
+    f("train.warmup", o.warmup, true);
+    f("train.lr_factor", o.lr_factor, true);
+    f("train.clip_norm", o.clip_norm, false);
+    f("train.max_tokens", o.max_tokens, true);
+    f("train.tokens_per_update", o.tokens_per_update, true);
+    f("train.seed", o.seed, true);
+    f("translate.max_len", o.max_len, true);  // kMaxLenKey: the translator reads it too
+  }
 };
 
 /// One point of the learning curves (NaN where not measured).

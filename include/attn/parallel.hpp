@@ -11,6 +11,8 @@
 #include <omp.h>
 #endif
 
+#include "attn/tensor.hpp"
+
 namespace attn {
 
 /// Number of threads attn's parallel loops and Eigen's products use.
@@ -39,13 +41,27 @@ inline void set_num_threads(int n) {
   Eigen::setNbThreads(1);
 }
 
-/// The index of the calling thread inside a parallel region (0 outside one).
-inline int thread_index() {
+// Below these amounts of work (elements touched) a loop runs on the calling thread: starting a
+// parallel region and waking a second thread costs microseconds, more than the loop itself.
+// Measured per kernel kind on the project's 2-core machine; kernels/gemm.hpp keeps its own.
+/// Cheap elementwise work (a hash and a multiply per element: dropout).
+inline constexpr Index kParallelMinElementwise = 32768;
+/// Row-wise work with a reduction per row (layer norm, cross-entropy): work = rows * row length.
+inline constexpr Index kParallelMinRowwise = 16384;
+/// The optimiser's update of one parameter tensor: most tensors (biases, norms) stay serial.
+inline constexpr Index kParallelMinOptimizer = 65536;
+
+/// body(i) for i in [0, n), split statically over the threads when n * cost (the loop's work in
+/// elements) exceeds min_work, on the calling thread otherwise. Each i must be independent of the
+/// others and computed by one thread, so results do not depend on the thread count.
+template <class Body>
+void parallel_for(Index n, Index cost, Index min_work, Body&& body) {
+  const bool parallel = n * cost > min_work;
+  (void)parallel;
 #if defined(_OPENMP)
-  return omp_get_thread_num();
-#else
-  return 0;
+#pragma omp parallel for schedule(static) if (parallel)
 #endif
+  for (Index i = 0; i < n; ++i) body(i);
 }
 
 }  // namespace attn

@@ -14,11 +14,8 @@
 #include <cmath>
 #include <limits>
 
+#include "attn/parallel.hpp"
 #include "attn/tensor.hpp"
-
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
 
 namespace attn::kernels {
 
@@ -38,23 +35,20 @@ void cross_entropy_forward_backward(T* dlogits, double* loss, double* nll, const
   using RowOut = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   constexpr Index kChunk = 256;
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (N * V > 16384)
-#endif
-  for (Index r = 0; r < N; ++r) {
+  parallel_for(N, V, kParallelMinRowwise, [&](Index r) {
     const Row x(logits + r * V, V);
     // The sum in double cannot overflow for finite float logits, so it is NaN or Inf exactly when
     // some logit is; it also gives mean_j x_j for the smoothing term.
     const double sum_x = x.template cast<double>().sum();
     if (!std::isfinite(sum_x)) {
       loss[r] = nll[r] = nan;
-      continue;
+      return;
     }
     const TokenId t = targets[r];
     if (t == pad_id) {
       loss[r] = nll[r] = 0.0;
       if (dlogits != nullptr) RowOut(dlogits + r * V, V).setZero();
-      continue;
+      return;
     }
     const T m = x.maxCoeff();
     // e_j = exp(x_j - max) <= 1, so the sum cannot overflow. The exponentials are computed with
@@ -80,7 +74,7 @@ void cross_entropy_forward_backward(T* dlogits, double* loss, double* nll, const
       d = d * s - uniform;
       d(t) -= static_cast<T>(scale * (1.0 - eps));
     }
-  }
+  });
 }
 
 }  // namespace attn::kernels

@@ -6,12 +6,9 @@
 
 #include <cstdint>
 
+#include "attn/parallel.hpp"
 #include "attn/random.hpp"
 #include "attn/tensor.hpp"
-
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
 
 namespace attn::kernels {
 
@@ -21,11 +18,9 @@ namespace detail {
 template <class T>
 void apply_dropout_mask(T* out, const T* in, Index n, double p, std::uint64_t key) {
   const T scale = static_cast<T>(1.0 / (1.0 - p));
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (n > 32768)
-#endif
-  for (Index i = 0; i < n; ++i)
+  parallel_for(n, 1, kParallelMinElementwise, [&](Index i) {
     out[i] = uniform_at(key, static_cast<std::uint64_t>(i)) < p ? T(0) : in[i] * scale;
+  });
 }
 
 }  // namespace detail

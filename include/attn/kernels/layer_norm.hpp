@@ -6,11 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "attn/parallel.hpp"
 #include "attn/tensor.hpp"
-
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
 
 namespace attn::kernels {
 
@@ -22,10 +19,7 @@ void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, cons
   using Row = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
   using RowOut = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
   const Row g(gamma, D), b(beta, D);
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (rows * D > 16384)
-#endif
-  for (Index r = 0; r < rows; ++r) {
+  parallel_for(rows, D, kParallelMinRowwise, [&](Index r) {
     const Row xr(x + r * D, D);
     // Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2, which cancels
     // catastrophically in float when |mean| >> std.
@@ -35,7 +29,7 @@ void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, cons
     mean[r] = mu;
     rstd[r] = rs;
     RowOut(y + r * D, D) = (xr - mu) * rs * g + b;
-  }
+  });
 }
 
 /// Backward of y = xhat * gamma + beta, xhat = (x - mean) * rstd. With g = dy * gamma:
@@ -50,12 +44,7 @@ void layer_norm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, co
   using Row = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
   using RowOut = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
   const Row g(gamma, D);
-  const bool parallel = rows * D > 16384;
-  (void)parallel;
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (parallel)
-#endif
-  for (Index r = 0; r < rows; ++r) {
+  parallel_for(rows, D, kParallelMinRowwise, [&](Index r) {
     const Row dyr(dy + r * D, D), xr(x + r * D, D);
     const T mu = mean[r], rs = rstd[r];
     const T inv_d = T(1) / static_cast<T>(D);
@@ -63,15 +52,13 @@ void layer_norm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, co
     const T mean_g = (dyr * g).sum() * inv_d;
     const T mean_gx = (dyr * g * (xr - mu)).sum() * rs * inv_d;
     RowOut(dx + r * D, D) = rs * (dyr * g - mean_g - (xr - mu) * rs * mean_gx);
-  }
+  });
   // Column blocks of kBlock keep the inner loop contiguous (vectorisable) while each column is
   // still owned by exactly one thread.
   constexpr Index kBlock = 64;
   const Index blocks = (D + kBlock - 1) / kBlock;
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (parallel)
-#endif
-  for (Index blk = 0; blk < blocks; ++blk) {
+  // Each block's work is its columns over every row: the same rows * D in total.
+  parallel_for(blocks, rows * kBlock, kParallelMinRowwise, [&](Index blk) {
     const Index j0 = blk * kBlock, w = std::min(kBlock, D - j0);
     Eigen::Array<T, 1, kBlock> sg = Eigen::Array<T, 1, kBlock>::Zero();
     Eigen::Array<T, 1, kBlock> sb = Eigen::Array<T, 1, kBlock>::Zero();
@@ -82,7 +69,7 @@ void layer_norm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, co
     }
     RowOut(dgamma + j0, w) += sg.head(w);
     RowOut(dbeta + j0, w) += sb.head(w);
-  }
+  });
 }
 
 }  // namespace attn::kernels

@@ -53,8 +53,6 @@ class Dropout : public Module<T> {
 
   double p() const { return p_; }
   const std::shared_ptr<RandomState>& random_state() const { return state_; }
-  /// The mask key of the last training-mode forward.
-  std::uint64_t last_key() const { return key_; }
 
  protected:
   void on_random_state(const std::shared_ptr<RandomState>& state) override {

@@ -1,12 +1,80 @@
 // LayerOptions: the sizes and regularisation of one Transformer layer, shared by the encoder and
 // decoder layers and their stacks. Defaults are the paper's base model (Vaswani et al. 2017, table
 // 3).
+//
+// Configuration structs list their fields once more, in visit_fields(): the one list that
+// validation, printing and checkpoint metadata walk (as nlohmann/json's NLOHMANN_DEFINE_TYPE_*
+// macros do for a struct's fields). A field added to the struct but not to its visitor is neither
+// checked, printed nor saved, so the two sit next to each other.
 #pragma once
+
+#include <cstring>
+#include <ostream>
+#include <type_traits>
 
 #include "attn/error.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn {
+
+/// What a configuration field's value must satisfy, checked by detail::check_field.
+enum class FieldRule {
+  any,           // every value of the type
+  positive,      // > 0
+  non_negative,  // >= 0
+  probability,   // in [0, 1)
+};
+
+namespace detail {
+
+/// Throws ConfigError "<name> must be ..., got <value>" unless value satisfies rule.
+template <class V>
+void check_field(const char* name, const V& value, FieldRule rule) {
+  if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {
+    switch (rule) {
+      case FieldRule::any:
+        break;
+      case FieldRule::positive:
+        ATTN_CHECK(value > 0, ConfigError, name, " must be > 0, got ", value);
+        break;
+      case FieldRule::non_negative:
+        ATTN_CHECK(value >= 0, ConfigError, name, " must be >= 0, got ", value);
+        break;
+      case FieldRule::probability:
+        ATTN_CHECK(value >= 0 && value < 1, ConfigError, name, " must be in [0, 1), got ", value);
+        break;
+    }
+  }
+}
+
+/// "name=value" for every field of `config`, space-separated, bools as true/false.
+template <class Config>
+std::ostream& print_fields(std::ostream& os, const Config& config) {
+  const char* sep = "";
+  config.visit_fields([&](const char* name, const auto& value, FieldRule) {
+    os << sep << name << '=';
+    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, bool>)
+      os << (value ? "true" : "false");
+    else
+      os << value;
+    sep = " ";
+  });
+  return os;
+}
+
+/// Copies every field of `from` whose name and type `to` also has.
+template <class To, class From>
+void assign_fields_by_name(To& to, const From& from) {
+  to.visit_fields([&](const char* name, auto& dst, FieldRule) {
+    from.visit_fields([&](const char* from_name, const auto& src, FieldRule) {
+      using D = std::decay_t<decltype(dst)>;
+      if constexpr (std::is_same_v<D, std::decay_t<decltype(src)>>)
+        if (std::strcmp(name, from_name) == 0) dst = src;
+    });
+  });
+}
+
+}  // namespace detail
 
 struct LayerOptions {
   Index d_model = 512;  // D
@@ -25,22 +93,40 @@ struct LayerOptions {
   /// The fused attention kernel, or the naive reference one (same results, for tests).
   bool use_fast_kernel = true;
 
+  /// f(name, field, rule) for every field above, in declaration order.
+  template <class F>
+  void visit_fields(F&& f) {
+    visit(*this, f);
+  }
+  template <class F>
+  void visit_fields(F&& f) const {
+    visit(*this, f);
+  }
+
   /// Throws ConfigError naming the offending value.
   void validate() const {
-    ATTN_CHECK(d_model > 0, ConfigError, "d_model must be > 0, got ", d_model);
-    ATTN_CHECK(heads > 0, ConfigError, "heads must be > 0, got ", heads);
-    ATTN_CHECK(d_ff > 0, ConfigError, "d_ff must be > 0, got ", d_ff);
+    visit_fields(
+        [](const char* name, const auto& v, FieldRule r) { detail::check_field(name, v, r); });
     ATTN_CHECK(d_model % heads == 0, ConfigError, "d_model (", d_model,
                ") must be divisible by heads (", heads, ")");
-    check_probability(dropout, "dropout");
-    check_probability(attention_dropout, "attention_dropout");
-    check_probability(relu_dropout, "relu_dropout");
-    ATTN_CHECK(layer_norm_eps > 0, ConfigError, "layer_norm_eps must be > 0, got ", layer_norm_eps);
+  }
+
+  friend std::ostream& operator<<(std::ostream& os, const LayerOptions& o) {
+    return detail::print_fields(os, o);
   }
 
  private:
-  static void check_probability(double p, const char* what) {
-    ATTN_CHECK(p >= 0.0 && p < 1.0, ConfigError, what, " must be in [0, 1), got ", p);
+  template <class Self, class F>
+  static void visit(Self& o, F& f) {
+    f("d_model", o.d_model, FieldRule::positive);
+    f("heads", o.heads, FieldRule::positive);
+    f("d_ff", o.d_ff, FieldRule::positive);
+    f("dropout", o.dropout, FieldRule::probability);
+    f("attention_dropout", o.attention_dropout, FieldRule::probability);
+    f("relu_dropout", o.relu_dropout, FieldRule::probability);
+    f("norm_first", o.norm_first, FieldRule::any);
+    f("layer_norm_eps", o.layer_norm_eps, FieldRule::positive);
+    f("use_fast_kernel", o.use_fast_kernel, FieldRule::any);
   }
 };
 

@@ -7,8 +7,11 @@
 // presets.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
+#include <ostream>
 #include <sstream>
 #include <string>
 
@@ -53,102 +56,100 @@ struct TransformerConfig {
   /// A tiny model for tests: N=2, d_model=64, d_ff=128, h=4, no dropout.
   static TransformerConfig tiny(Index vocab) { return preset(vocab, 64, 4, 128, 2, 0.0); }
 
+  /// f(name, field, rule) for every field above, in declaration order: the one list that
+  /// validation, printing, checkpoint metadata and layer_options() walk.
+  template <class F>
+  void visit_fields(F&& f) {
+    visit(*this, f);
+  }
+  template <class F>
+  void visit_fields(F&& f) const {
+    visit(*this, f);
+  }
+
+  /// The fields the encoder and decoder layers take, copied by name.
   LayerOptions layer_options() const {
     LayerOptions o;
-    o.d_model = d_model;
-    o.heads = heads;
-    o.d_ff = d_ff;
-    o.dropout = dropout;
-    o.attention_dropout = attention_dropout;
-    o.relu_dropout = relu_dropout;
-    o.norm_first = norm_first;
-    o.layer_norm_eps = layer_norm_eps;
-    o.use_fast_kernel = use_fast_kernel;
+    detail::assign_fields_by_name(o, *this);
     return o;
   }
 
   /// Throws ConfigError naming the offending value.
   void validate() const {
+    visit_fields(
+        [](const char* name, const auto& v, FieldRule r) { detail::check_field(name, v, r); });
     layer_options().validate();
-    ATTN_CHECK(src_vocab > 0 && tgt_vocab > 0, ConfigError,
-               "vocabulary sizes must be > 0, got src_vocab ", src_vocab, " and tgt_vocab ",
-               tgt_vocab);
     ATTN_CHECK(!share_embeddings || src_vocab == tgt_vocab, ConfigError,
                "share_embeddings needs one vocabulary, got src_vocab ", src_vocab,
                " and tgt_vocab ", tgt_vocab);
-    ATTN_CHECK(encoder_layers > 0 && decoder_layers > 0, ConfigError,
-               "layer counts must be > 0, got encoder_layers ", encoder_layers,
-               " and decoder_layers ", decoder_layers);
-    ATTN_CHECK(pad_id >= 0 && pad_id < std::min(src_vocab, tgt_vocab), ConfigError, "pad_id ",
-               pad_id, " outside the vocabulary [0, ", std::min(src_vocab, tgt_vocab), ")");
     ATTN_CHECK(!learned_positions || max_positions > 0, ConfigError,
                "max_positions must be > 0 with learned positions, got ", max_positions);
+    ATTN_CHECK(pad_id < std::min(src_vocab, tgt_vocab), ConfigError, "pad_id ", pad_id,
+               " outside the vocabulary [0, ", std::min(src_vocab, tgt_vocab), ")");
   }
 
-  /// Every field as text, for checkpoint metadata ("config.<field>").
+  /// Every stored field as text, for checkpoint metadata ("config.<field>").
   std::map<std::string, std::string> to_metadata() const {
     std::map<std::string, std::string> m;
-    auto put = [&](const char* k, auto v) {
+    visit_fields([&](const char* name, const auto& v, FieldRule) {
+      if (!stored(name)) return;
       std::ostringstream s;
       s.precision(17);
       s << v;
-      m[std::string("config.") + k] = s.str();
-    };
-    put("src_vocab", src_vocab);
-    put("tgt_vocab", tgt_vocab);
-    put("share_embeddings", share_embeddings);
-    put("tie_output", tie_output);
-    put("d_model", d_model);
-    put("heads", heads);
-    put("d_ff", d_ff);
-    put("encoder_layers", encoder_layers);
-    put("decoder_layers", decoder_layers);
-    put("dropout", dropout);
-    put("attention_dropout", attention_dropout);
-    put("relu_dropout", relu_dropout);
-    put("norm_first", norm_first);
-    put("learned_positions", learned_positions);
-    put("max_positions", max_positions);
-    put("layer_norm_eps", layer_norm_eps);
-    put("pad_id", pad_id);
-    put("seed", seed);
+      m[std::string("config.") + name] = s.str();
+    });
     return m;
   }
 
   /// The inverse of to_metadata(); a missing or malformed field is a FormatError naming it.
   static TransformerConfig from_metadata(const std::map<std::string, std::string>& m) {
     TransformerConfig c;
-    auto get = [&](const char* k, auto& v) {
-      auto it = m.find(std::string("config.") + k);
-      ATTN_CHECK(it != m.end(), FormatError, "checkpoint metadata lacks config.", k);
+    c.visit_fields([&](const char* name, auto& v, FieldRule) {
+      if (!stored(name)) return;
+      auto it = m.find(std::string("config.") + name);
+      ATTN_CHECK(it != m.end(), FormatError, "checkpoint metadata lacks config.", name);
       std::istringstream s(it->second);
       s >> v;
-      ATTN_CHECK(!s.fail() && s.eof(), FormatError, "checkpoint metadata config.", k, " = '",
+      ATTN_CHECK(!s.fail() && s.eof(), FormatError, "checkpoint metadata config.", name, " = '",
                  it->second, "' is not a valid value");
-    };
-    get("src_vocab", c.src_vocab);
-    get("tgt_vocab", c.tgt_vocab);
-    get("share_embeddings", c.share_embeddings);
-    get("tie_output", c.tie_output);
-    get("d_model", c.d_model);
-    get("heads", c.heads);
-    get("d_ff", c.d_ff);
-    get("encoder_layers", c.encoder_layers);
-    get("decoder_layers", c.decoder_layers);
-    get("dropout", c.dropout);
-    get("attention_dropout", c.attention_dropout);
-    get("relu_dropout", c.relu_dropout);
-    get("norm_first", c.norm_first);
-    get("learned_positions", c.learned_positions);
-    get("max_positions", c.max_positions);
-    get("layer_norm_eps", c.layer_norm_eps);
-    get("pad_id", c.pad_id);
-    get("seed", c.seed);
+    });
     c.validate();
     return c;
   }
 
+  /// "src_vocab=... tgt_vocab=... ...": every field, in declaration order.
+  friend std::ostream& operator<<(std::ostream& os, const TransformerConfig& c) {
+    return detail::print_fields(os, c);
+  }
+
  private:
+  template <class Self, class F>
+  static void visit(Self& c, F& f) {
+    f("src_vocab", c.src_vocab, FieldRule::positive);
+    f("tgt_vocab", c.tgt_vocab, FieldRule::positive);
+    f("share_embeddings", c.share_embeddings, FieldRule::any);
+    f("tie_output", c.tie_output, FieldRule::any);
+    f("d_model", c.d_model, FieldRule::positive);
+    f("heads", c.heads, FieldRule::positive);
+    f("d_ff", c.d_ff, FieldRule::positive);
+    f("encoder_layers", c.encoder_layers, FieldRule::positive);
+    f("decoder_layers", c.decoder_layers, FieldRule::positive);
+    f("dropout", c.dropout, FieldRule::probability);
+    f("attention_dropout", c.attention_dropout, FieldRule::probability);
+    f("relu_dropout", c.relu_dropout, FieldRule::probability);
+    f("norm_first", c.norm_first, FieldRule::any);
+    f("learned_positions", c.learned_positions, FieldRule::any);
+    f("max_positions", c.max_positions, FieldRule::any);  // > 0 with learned positions
+    f("layer_norm_eps", c.layer_norm_eps, FieldRule::positive);
+    f("use_fast_kernel", c.use_fast_kernel, FieldRule::any);
+    f("pad_id", c.pad_id, FieldRule::non_negative);
+    f("seed", c.seed, FieldRule::any);
+  }
+
+  /// Whether checkpoints store the field: use_fast_kernel picks a kernel of this process, not a
+  /// property of the model.
+  static bool stored(const char* name) { return std::strcmp(name, "use_fast_kernel") != 0; }
+
   static TransformerConfig preset(Index vocab, Index d, Index h, Index f, Index n, double p) {
     TransformerConfig c;
     c.src_vocab = c.tgt_vocab = vocab;

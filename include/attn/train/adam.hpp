@@ -14,10 +14,7 @@
 #include <vector>
 
 #include "attn/nn/module.hpp"
-
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
+#include "attn/parallel.hpp"
 
 namespace attn {
 
@@ -77,16 +74,13 @@ class Adam {
       T* v = exp_avg_sq_[k].data();
       const Index n = params_[k].value.numel();
       // Elementwise, so any split over threads gives the same bits.
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (n > 65536)
-#endif
-      for (Index i = 0; i < n; ++i) {
+      parallel_for(n, 1, kParallelMinOptimizer, [&](Index i) {
         const T gi = wd != T(0) ? g[i] + wd * x[i] : g[i];
         m[i] = m[i] * b1 + a1 * gi;
         v[i] = v[i] * b2 + a2 * gi * gi;
         const T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
         x[i] = x[i] + (-step_size) * m[i] / denom;
-      }
+      });
     }
   }
 
