@@ -1,4 +1,6 @@
-// Scaled dot-product attention, fast: the kernel MultiHeadAttention runs.
+// Scaled dot-product attention, fast: the kernel MultiHeadAttention runs. The paper's Eq. 1,
+//   Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V       per (batch row, head), scale = 1/sqrt(d_k)
+// with masks and dropout as in attention_naive.hpp.
 //
 // Work is split over (batch row, head) pairs with OpenMP; each pair is computed by one thread
 // with serial Eigen GEMMs on strided maps of the packed Q, K, V, so the result is bitwise the

@@ -3,6 +3,9 @@
 // (attention.hpp) is tested against and the baseline it is benchmarked against; written to be
 // read, not to be fast. Layout, masks and dropout: attention_common.hpp and attn/mask.hpp.
 //
+// The paper's Eq. 1, Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, per (batch row b, head h),
+// with scale = 1 / sqrt(d_k) and the masks and dropout added:
+//
 //   logits = scale * Q_bh K_bh^T + bias     (blocked keys -infinity)     [T, S]
 //   P      = softmax_rows(logits)                                        [T, S]
 //   Pd     = P * M / (1 - p)                (M = dropout keep mask)      [T, S]

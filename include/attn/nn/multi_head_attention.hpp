@@ -306,6 +306,7 @@ class MultiHeadAttention : public Module<T> {
   void dispatch_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index ldq, const T* k,
                         Index ldk, const T* v, Index ldv, const kernels::AttentionShape& shape,
                         const AttentionMask<T>& mask, const kernels::AttentionDropout& dropout) {
+    // Eq. 1 for every head at once: head_i = softmax(Q_i K_i^T / sqrt(d_k)) V_i, d_k = D / H.
     const T scale = T(1) / std::sqrt(T(k_));
     if (fast_)
       kernels::attention_forward<T>(out, ldo, lse, weights, q, ldq, k, ldk, v, ldv, shape, mask,

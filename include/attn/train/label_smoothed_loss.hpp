@@ -128,9 +128,10 @@ class LabelSmoothedCrossEntropy {
       stats.smoothed_loss += row_loss_[static_cast<std::size_t>(r)];
       stats.nll += row_nll_[static_cast<std::size_t>(r)];
     }
-    if (step >= 0) check_finite(stats, step);
+    // Every row is finite by now; only a sum overflowing can make the totals not so.
     ATTN_CHECK(std::isfinite(stats.smoothed_loss) && std::isfinite(stats.nll), NumericError,
-               "LabelSmoothedCrossEntropy: loss is not finite (", stats.smoothed_loss, ")");
+               "LabelSmoothedCrossEntropy: loss is not finite (", stats.smoothed_loss, ")",
+               where(step));
     return stats;
   }
 
