@@ -66,9 +66,11 @@ void BM_TrainStep(benchmark::State& state) {
                          benchmark::Counter::kIsRate);
 }
 
-// Greedy decoding of exactly 30 tokens for a 30-token source (no EOS stop: the model is untrained),
-// with the KV cache; tokens/s = batch * 30 / time, the encoder included.
-void BM_GreedyDecode(benchmark::State& state) {
+// Decoding of up to 30 tokens for a 30-token source (no EOS stop is expected: the model is
+// untrained), with the KV cache, the encoder included; tokens/s = tokens of the returned
+// hypotheses (+ EOS) / time. Args: {batch, threads}.
+template <class Decode>
+void decode_benchmark(benchmark::State& state, attn::Index beam_size, Decode decode) {
   const auto config = config_for(1);
   attn::set_num_threads(static_cast<int>(state.range(1)));
   attn::Transformer<float> model(config);
@@ -76,36 +78,30 @@ void BM_GreedyDecode(benchmark::State& state) {
   const auto src = random_ids(B, L, 4);
   attn::DecodeOptions opt;
   opt.eos = 3;
+  opt.beam_size = beam_size;
   opt.max_extra_length = 0;  // output length limit = source length = 30
   std::size_t produced = 0;
   for (auto _ : state) {
     // An untrained model may emit EOS early; count what was produced.
-    for (const auto& h : attn::greedy_decode(model, src, opt)) produced += h.size() + 1;
+    for (const auto& h : decode(model, src, opt)) produced += h.size() + 1;
   }
   state.counters["tokens/s"] =
       benchmark::Counter(static_cast<double>(produced), benchmark::Counter::kIsRate);
 }
 
-// Beam search, beam 4, of up to 30 tokens for a 30-token source, as BM_GreedyDecode. The encoder
-// runs once per sentence (before commit "decode: beam search as a state object", on all beam*batch
-// copies of the source): compare this row on the two commits to see the encoder's share drop.
-// tokens/s counts the tokens of the returned hypotheses (+ EOS), the encoder included.
+void BM_GreedyDecode(benchmark::State& state) {
+  decode_benchmark(state, 1, [](auto& model, const auto& src, const auto& opt) {
+    return attn::greedy_decode(model, src, opt);
+  });
+}
+
+// Beam 4. Each source is encoded once and its memory shared by the beams since commit "decode:
+// beam search as a state object"; before it, the encoder ran on beam * batch copies of the
+// sources. Run this row on both commits to compare.
 void BM_BeamDecode(benchmark::State& state) {
-  const auto config = config_for(1);
-  attn::set_num_threads(static_cast<int>(state.range(1)));
-  attn::Transformer<float> model(config);
-  const attn::Index B = state.range(0), L = 30;
-  const auto src = random_ids(B, L, 4);
-  attn::DecodeOptions opt;
-  opt.eos = 3;
-  opt.beam_size = 4;
-  opt.max_extra_length = 0;
-  std::size_t produced = 0;
-  for (auto _ : state) {
-    for (const auto& h : attn::beam_search(model, src, opt)) produced += h.size() + 1;
-  }
-  state.counters["tokens/s"] =
-      benchmark::Counter(static_cast<double>(produced), benchmark::Counter::kIsRate);
+  decode_benchmark(state, 4, [](auto& model, const auto& src, const auto& opt) {
+    return attn::beam_search(model, src, opt);
+  });
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 // checked, printed nor saved, so the two sit next to each other.
 #pragma once
 
-#include <cstring>
 #include <ostream>
 #include <type_traits>
 
@@ -62,21 +61,23 @@ std::ostream& print_fields(std::ostream& os, const Config& config) {
   return os;
 }
 
-/// Copies every field of `from` whose name and type `to` also has.
-template <class To, class From>
-void assign_fields_by_name(To& to, const From& from) {
-  to.visit_fields([&](const char* name, auto& dst, FieldRule) {
-    from.visit_fields([&](const char* from_name, const auto& src, FieldRule) {
-      using D = std::decay_t<decltype(dst)>;
-      if constexpr (std::is_same_v<D, std::decay_t<decltype(src)>>)
-        if (std::strcmp(name, from_name) == 0) dst = src;
-    });
-  });
-}
-
 }  // namespace detail
 
-struct LayerOptions {
+/// Gives Config visit_fields(f), which calls f(name, field, rule) for every field in declaration
+/// order, const or not, from Config's private static visit(self, f): the one list of its fields.
+template <class Config>
+struct FieldList {
+  template <class F>
+  void visit_fields(F&& f) {
+    Config::visit(static_cast<Config&>(*this), f);
+  }
+  template <class F>
+  void visit_fields(F&& f) const {
+    Config::visit(static_cast<const Config&>(*this), f);
+  }
+};
+
+struct LayerOptions : FieldList<LayerOptions> {
   Index d_model = 512;  // D
   Index heads = 8;      // H; d_k = d_v = D / H
   Index d_ff = 2048;    // F
@@ -93,16 +94,6 @@ struct LayerOptions {
   /// The fused attention kernel, or the naive reference one (same results, for tests).
   bool use_fast_kernel = true;
 
-  /// f(name, field, rule) for every field above, in declaration order.
-  template <class F>
-  void visit_fields(F&& f) {
-    visit(*this, f);
-  }
-  template <class F>
-  void visit_fields(F&& f) const {
-    visit(*this, f);
-  }
-
   /// Throws ConfigError naming the offending value.
   void validate() const {
     visit_fields(
@@ -115,7 +106,8 @@ struct LayerOptions {
     return detail::print_fields(os, o);
   }
 
- private:
+ protected:
+  friend struct FieldList<LayerOptions>;
   template <class Self, class F>
   static void visit(Self& o, F& f) {
     f("d_model", o.d_model, FieldRule::positive);

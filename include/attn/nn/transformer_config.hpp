@@ -19,7 +19,13 @@
 
 namespace attn {
 
-struct TransformerConfig {
+/// The layer fields (d_model, heads, d_ff, dropout, attention_dropout, relu_dropout, norm_first,
+/// layer_norm_eps, use_fast_kernel) are LayerOptions', inherited: declared once, there. The model
+/// also applies `dropout` (P_drop) to the embedding + position sums. visit_fields walks every
+/// field, the layer's included: validation, printing and checkpoint metadata use that one list.
+struct TransformerConfig : LayerOptions, FieldList<TransformerConfig> {
+  using FieldList<TransformerConfig>::visit_fields;  // all fields, not only the layer's
+
   Index src_vocab = 0;  // V of the source side
   Index tgt_vocab = 0;  // V of the target side
   /// One matrix for the source embedding, the target embedding and the pre-softmax projection
@@ -28,20 +34,10 @@ struct TransformerConfig {
   /// When the embeddings are not shared: tie the target embedding to the pre-softmax projection.
   bool tie_output = true;
 
-  Index d_model = 512;
-  Index heads = 8;
-  Index d_ff = 2048;
   Index encoder_layers = 6;
   Index decoder_layers = 6;
-
-  double dropout = 0.1;            // P_drop: sublayer outputs and embedding + position sums
-  double attention_dropout = 0.0;  // departure (tensor2tensor): on attention weights
-  double relu_dropout = 0.0;       // departure (tensor2tensor): after the FFN's ReLU
-  bool norm_first = false;         // departure: pre-norm layers (adds a final LayerNorm per stack)
   bool learned_positions = false;  // Table 3 row (E): learned positional embeddings
   Index max_positions = 1024;      // longest sequence learned positions can embed
-  double layer_norm_eps = 1e-5;
-  bool use_fast_kernel = true;
 
   TokenId pad_id = 0;
   std::uint64_t seed = 1;  // parameter initialisation and dropout masks
@@ -56,29 +52,14 @@ struct TransformerConfig {
   /// A tiny model for tests: N=2, d_model=64, d_ff=128, h=4, no dropout.
   static TransformerConfig tiny(Index vocab) { return preset(vocab, 64, 4, 128, 2, 0.0); }
 
-  /// f(name, field, rule) for every field above, in declaration order: the one list that
-  /// validation, printing, checkpoint metadata and layer_options() walk.
-  template <class F>
-  void visit_fields(F&& f) {
-    visit(*this, f);
-  }
-  template <class F>
-  void visit_fields(F&& f) const {
-    visit(*this, f);
-  }
-
-  /// The fields the encoder and decoder layers take, copied by name.
-  LayerOptions layer_options() const {
-    LayerOptions o;
-    detail::assign_fields_by_name(o, *this);
-    return o;
-  }
+  /// The fields the encoder and decoder layers take.
+  LayerOptions layer_options() const { return static_cast<const LayerOptions&>(*this); }
 
   /// Throws ConfigError naming the offending value.
   void validate() const {
     visit_fields(
         [](const char* name, const auto& v, FieldRule r) { detail::check_field(name, v, r); });
-    layer_options().validate();
+    LayerOptions::validate();
     ATTN_CHECK(!share_embeddings || src_vocab == tgt_vocab, ConfigError,
                "share_embeddings needs one vocabulary, got src_vocab ", src_vocab,
                " and tgt_vocab ", tgt_vocab);
@@ -123,25 +104,18 @@ struct TransformerConfig {
   }
 
  private:
+  friend struct FieldList<TransformerConfig>;
   template <class Self, class F>
   static void visit(Self& c, F& f) {
     f("src_vocab", c.src_vocab, FieldRule::positive);
     f("tgt_vocab", c.tgt_vocab, FieldRule::positive);
     f("share_embeddings", c.share_embeddings, FieldRule::any);
     f("tie_output", c.tie_output, FieldRule::any);
-    f("d_model", c.d_model, FieldRule::positive);
-    f("heads", c.heads, FieldRule::positive);
-    f("d_ff", c.d_ff, FieldRule::positive);
+    LayerOptions::visit(c, f);
     f("encoder_layers", c.encoder_layers, FieldRule::positive);
     f("decoder_layers", c.decoder_layers, FieldRule::positive);
-    f("dropout", c.dropout, FieldRule::probability);
-    f("attention_dropout", c.attention_dropout, FieldRule::probability);
-    f("relu_dropout", c.relu_dropout, FieldRule::probability);
-    f("norm_first", c.norm_first, FieldRule::any);
     f("learned_positions", c.learned_positions, FieldRule::any);
     f("max_positions", c.max_positions, FieldRule::any);  // > 0 with learned positions
-    f("layer_norm_eps", c.layer_norm_eps, FieldRule::positive);
-    f("use_fast_kernel", c.use_fast_kernel, FieldRule::any);
     f("pad_id", c.pad_id, FieldRule::non_negative);
     f("seed", c.seed, FieldRule::any);
   }
