@@ -267,6 +267,7 @@ def run_round(args, r, jobs, raw, peaks):
             say(f"{job.name}: FAILED: {e}")
             for case in job.cases:  # keep the rounds of both sides paired
                 del case.attn[len(case.peer):]
+                del case.rss["attn"][len(case.rss["peer"]):]
 
 
 # ---- the report ----------------------------------------------------------------------------
