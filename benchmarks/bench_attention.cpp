@@ -10,15 +10,26 @@
 //   forward          4*B*H*L^2*K   (Q K^T and P V, each 2*B*H*L^2*K)
 //   forward+backward 3 x forward   (each matmul's backward is two matmuls of its size; the fast
 //                                   kernel's recomputation of Q K^T is not credited)
-// Args: {B, L, threads}. Counters: tokens/s = B*L per iteration; GFLOP/s by the model above.
-#include <benchmark/benchmark.h>
-
+//
+// The whole multi-head attention block (attn::MultiHeadAttention, self-attention, d 512, 8 heads,
+// no dropout, no mask) against nn.MultiheadAttention, the peer's "mha_fwd" / "mha_fwd_bwd":
+//   mha_fwd          in-projection [B*L, D] x [D, 3D], attention, out-projection [D, D]
+//   mha_fwd_bwd      zero_grad + forward + backward (gradients of x and of every parameter)
+//   FLOP model: projections P = 8*B*L*D^2 (in_proj 3 x, out_proj 1 x), forward = P + A with
+//   A = 4*B*H*L^2*K as above, forward+backward = 3 x forward.
+//
+// Args: {B, L, threads}. Counters: tokens/s = B*L per iteration; GFLOP/s by the models above and
+// %peak of the FMA peak probed in the same run. Every benchmark runs its operation twice untimed
+// before timing (buffers touched), and repeats 5 times by default (bench_support.hpp).
 #include <attn/kernels/attention.hpp>
 #include <attn/kernels/attention_naive.hpp>
+#include <attn/nn/multi_head_attention.hpp>
 #include <attn/parallel.hpp>
 #include <attn/random.hpp>
 #include <attn/tensor.hpp>
 #include <cmath>
+
+#include "bench_support.hpp"
 
 namespace {
 
@@ -72,20 +83,50 @@ void backward(Inputs& in) {
 template <bool Fast, bool Backward>
 void BM_Attention(benchmark::State& state) {
   const Index B = state.range(0), L = state.range(1);
-  attn::set_num_threads(static_cast<int>(state.range(2)));
+  const int threads = static_cast<int>(state.range(2));
+  attn::set_num_threads(threads);
   Inputs in(B, L);
-  for (auto _ : state) {
+  const auto run = [&] {
     forward<Fast>(in);
     if (Backward) backward<Fast>(in);
     benchmark::DoNotOptimize(in.out.data());
     benchmark::DoNotOptimize(in.dqkv.data());
     benchmark::ClobberMemory();
-  }
+  };
+  for (int i = 0; i < 2; ++i) run();  // warm-up
+  const auto start = attn_bench::loop_start();
+  for (auto _ : state) run();
   const double flops = (Backward ? 3.0 : 1.0) * 4.0 * B * kHeads * L * L * kHeadDim;
-  const double iters = static_cast<double>(state.iterations());
-  state.counters["tokens/s"] =
-      benchmark::Counter(static_cast<double>(B * L) * iters, benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(flops * iters * 1e-9, benchmark::Counter::kIsRate);
+  attn_bench::set_rate_counters(state, start, flops, static_cast<double>(B * L), threads);
+}
+
+template <bool Backward>
+void BM_MultiHeadAttention(benchmark::State& state) {
+  const Index B = state.range(0), L = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  attn::set_num_threads(threads);
+  attn::MultiHeadAttention<float> mha(kDModel, kHeads, 0.0);
+  attn::Rng rng(7);
+  mha.reset_parameters(rng);
+  mha.train();
+  Tensor<float> x({B, L, kDModel}), dy({B, L, kDModel});  // [B, L, D] each
+  attn::fill_normal(x, rng, 0.0, 1.0);
+  attn::fill_normal(dy, rng, 0.0, 1.0);
+  const attn::AttentionMask<float> no_mask;
+  const auto run = [&] {
+    if (Backward) mha.zero_grad();
+    const Tensor<float>& y = mha.forward_self(x, no_mask);
+    benchmark::DoNotOptimize(y.data());
+    if (Backward) benchmark::DoNotOptimize(mha.backward(dy).data());
+    benchmark::ClobberMemory();
+  };
+  for (int i = 0; i < 2; ++i) run();  // warm-up
+  const auto start = attn_bench::loop_start();
+  for (auto _ : state) run();
+  const double attention = 4.0 * B * kHeads * L * L * kHeadDim;
+  const double projections = 8.0 * B * L * kDModel * kDModel;
+  attn_bench::set_rate_counters(state, start, (Backward ? 3.0 : 1.0) * (projections + attention),
+                                static_cast<double>(B * L), threads);
 }
 
 void Shapes(benchmark::internal::Benchmark* b) {
@@ -94,13 +135,16 @@ void Shapes(benchmark::internal::Benchmark* b) {
     for (auto bl : {std::pair<int, int>{32, 64}, {16, 128}, {8, 256}, {4, 512}, {1, 1024}})
       b->Args({bl.first, bl.second, threads});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
+  attn_bench::best_statistics(b);
 }
 
 BENCHMARK_TEMPLATE(BM_Attention, false, false)->Name("naive_fwd")->Apply(Shapes);
 BENCHMARK_TEMPLATE(BM_Attention, true, false)->Name("fast_fwd")->Apply(Shapes);
 BENCHMARK_TEMPLATE(BM_Attention, false, true)->Name("naive_fwd_bwd")->Apply(Shapes);
 BENCHMARK_TEMPLATE(BM_Attention, true, true)->Name("fast_fwd_bwd")->Apply(Shapes);
+BENCHMARK_TEMPLATE(BM_MultiHeadAttention, false)->Name("mha_fwd")->Apply(Shapes);
+BENCHMARK_TEMPLATE(BM_MultiHeadAttention, true)->Name("mha_fwd_bwd")->Apply(Shapes);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+ATTN_BENCHMARK_MAIN();

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Attention kernels against PyTorch, in one run on this machine:
-#   1. bench_attention (naive vs fast attn kernel, forward and forward+backward, 1 and 2 threads),
+# The attention table of the README: every shape, both kernels, one side after the other (for
+# the interleaved attn / PyTorch ratios use scripts/bench_compare.sh --only mha):
+#   1. bench_attention (naive vs fast attn kernel and the whole MHA block, forward and
+#      forward+backward, 1 and 2 threads, 5 repetitions each with %peak of the FMA peak),
 #      built Release with -march=native (ATTN_NATIVE, on by default);
 #   2. benchmarks/torch_attention.py (PyTorch math attention and nn.MultiheadAttention at the same
 #      shapes) under ../shared/bench/peers/peer_env.sh mode tuned512, PyTorch at its best here,
 #      with 1 and 2 threads.
-# Usage: bash scripts/bench_attention.sh [build dir, default build-bench]   (a few minutes)
+# Usage: bash scripts/bench_attention.sh [build dir, default build-bench]   (about 5 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-bench}

@@ -1,0 +1,412 @@
+#!/usr/bin/python3
+"""attn against PyTorch, alternately in one run, and the ratio table for the README.
+
+Usage (through scripts/bench_compare.sh, which builds the bench binaries and installs the peer):
+  /usr/bin/python3 benchmarks/bench_compare.py --build BUILD_DIR [--only train,decode,mha,gemm]
+      [--rounds 3] [--reps 5] [--threads 2,1] [--min-time 0.2] [--out FILE.md] [--raw DIR]
+
+Each round runs every selected job as attn, then PyTorch (A B A B ...), after an FMA-peak probe
+(bench_fma_peak) whose figure every attn process of that round is given (ATTN_FMA_PEAK), so
+that each GFLOP/s is also a % of the peak measured minutes apart. Jobs:
+  train   training step, small and base (bench_train_step vs peers/torch_transformer.py train),
+          32 x 64 tokens, each thread count; also the peak resident memory of each process
+  decode  base greedy decoding of 30 tokens, batch 1 (each thread count) and batch 32 (the
+          highest thread count) (bench_train_step vs peers/torch_transformer.py decode)
+  mha     multi-head attention block forward+backward, d 512, 8 heads, B x L 32x64 and 4x512
+          (bench_attention mha_fwd_bwd vs nn.MultiheadAttention, benchmarks/torch_attention.py)
+  gemm    2048x512x512, 2048x512x2048, 2048x2048x512, 2048x512x8000 as A B, A^T B and A B^T
+          (bench_gemm vs torch.mm on OpenBLAS SkylakeX, benchmarks/torch_gemm.py)
+Both sides warm up before timing and time --reps repetitions (train: one step each, after 2
+warm-up steps; decode: one decode each, after warm-up; mha and gemm: --min-time seconds each).
+Per round and side: median and best of the repetitions. Table: median over rounds of the
+per-round medians, best of the bests, and the speed-up attn/PyTorch (throughput) as the median
+of the per-round ratios with their range. Each PyTorch process runs in the peer's tuned512
+environment (../shared/bench/peers/peer_env.sh), attn's with OMP_NUM_THREADS unset.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEERS = os.path.join(ROOT, "..", "shared", "bench", "peers")
+PY = "/usr/bin/python3"  # Debian's python3, the one with torch
+GROUPS = ("train", "decode", "mha", "gemm")
+MHA_SHAPES = ((32, 64), (4, 512))
+GEMM_SHAPES = ((2048, 512, 512), (2048, 512, 2048), (2048, 2048, 512), (2048, 512, 8000))
+GEMM_FORMS = ("ab", "atb", "abt")
+OUT_LEN = 30  # decoding: tokens per source row
+
+
+class Case:
+    """One row of the table, in `unit`: "tok/s" (a rate: tokens = work per call) or "ms"."""
+
+    def __init__(self, group, label, threads, attn_prefix, unit, tokens=None):
+        self.group, self.label, self.threads = group, label, threads
+        self.attn_prefix, self.unit, self.tokens = attn_prefix, unit, tokens
+        self.attn, self.peer = [], []  # per round: dict(median_ms, best_ms, gflops, work, ...)
+        self.rss = {"attn": [], "peer": []}
+
+
+class Job:
+    """One attn process and one PyTorch process, yielding the measurements of some cases."""
+
+    def __init__(self, name, attn_binary, attn_filter, peer_argv, cases, parse_peer):
+        self.name, self.attn_binary, self.attn_filter = name, attn_binary, attn_filter
+        self.peer_argv, self.cases, self.parse_peer = peer_argv, cases, parse_peer
+
+
+def train_jobs(threads, reps):
+    jobs = []
+    for t in threads:
+        for cfg in ("small", "base"):
+            case = Case("train", f"{cfg} training step (target tok/s)", t,
+                        f"train_step/{cfg}/threads:{t}/", "tok/s", tokens=32 * 64)
+            argv = [os.path.join(PEERS, "torch_transformer.py"), "train", "--config", cfg,
+                    "--threads", str(t), "--steps", str(reps)]
+            jobs.append(Job(f"train {cfg} t{t}", "bench_train_step", f"^train_step/{cfg}/threads:{t}/",
+                            argv, [case], parse_peer_train))
+    return jobs
+
+
+def decode_jobs(threads, reps):
+    jobs = []
+    for batch, ts in ((1, threads), (32, threads[:1])):
+        for t in ts:
+            case = Case("decode", f"base greedy decoding, batch {batch} (tok/s)", t,
+                        f"greedy_decode/base/batch:{batch}/threads:{t}/", "tok/s",
+                        tokens=batch * OUT_LEN)
+            argv = [os.path.join(PEERS, "torch_transformer.py"), "decode", "--config", "base",
+                    "--batch", str(batch), "--threads", str(t), "--reps", str(reps)]
+            jobs.append(Job(f"decode b{batch} t{t}", "bench_train_step",
+                            f"^greedy_decode/base/batch:{batch}/threads:{t}/", argv, [case],
+                            parse_peer_decode))
+    return jobs
+
+
+def mha_jobs(threads, reps):
+    jobs = []
+    for t in threads:
+        cases = [Case("mha", f"MHA block fwd+bwd, {b}x{l} (ms)", t,
+                      f"mha_fwd_bwd/B:{b}/L:{l}/threads:{t}/", "ms") for b, l in MHA_SHAPES]
+        shapes = ",".join(f"{b}x{l}" for b, l in MHA_SHAPES)
+        argv = [os.path.join(ROOT, "benchmarks", "torch_attention.py"), "--threads", str(t),
+                "--reps", str(reps), "--shapes", shapes]
+        jobs.append(Job(f"mha t{t}", "bench_attention", f"^mha_fwd_bwd/B:[0-9]+/L:[0-9]+/threads:{t}/",
+                        argv, cases, parse_peer_mha))
+    return jobs
+
+
+def gemm_jobs(threads, reps, min_time):
+    jobs = []
+    for t in threads:
+        cases = [Case("gemm", f"GEMM {f} {m}x{k}x{n} (ms)", t,
+                      f"gemm/{f}/M:{m}/K:{k}/N:{n}/threads:{t}/", "ms")
+                 for m, k, n in GEMM_SHAPES for f in GEMM_FORMS]
+        argv = [os.path.join(ROOT, "benchmarks", "torch_gemm.py"), "--threads", str(t),
+                "--reps", str(reps), "--min-time", str(min_time),
+                "--shapes", ",".join(f"{m}x{k}x{n}" for m, k, n in GEMM_SHAPES),
+                "--forms", ",".join(GEMM_FORMS)]
+        jobs.append(Job(f"gemm t{t}", "bench_gemm", f"^gemm/[a-z]+/M:[0-9]+/K:[0-9]+/N:[0-9]+/threads:{t}/",
+                        argv, cases, parse_peer_gemm))
+    return jobs
+
+
+# ---- parsing the peers' output -------------------------------------------------------------
+
+def parse_peer_train(case_list, text):
+    m = re.search(r"step_ms median=(\d+) min=(\d+).*GFLOP/s median=([\d.]+)", text)
+    if not m:
+        raise RuntimeError("no 'step_ms median=... min=...' line from torch_transformer.py train")
+    med, best, gflops = float(m.group(1)), float(m.group(2)), float(m.group(3))
+    case_list[0].peer.append(dict(median_ms=med, best_ms=best, gflops=gflops,
+                                  work=case_list[0].tokens))
+
+
+def parse_peer_decode(case_list, text):
+    m = re.search(r"total_ms median=(\d+) min=(\d+)", text)
+    if not m:
+        raise RuntimeError("no 'total_ms median=... min=...' line from torch_transformer.py decode")
+    case_list[0].peer.append(dict(median_ms=float(m.group(1)), best_ms=float(m.group(2)),
+                                  gflops=None, work=case_list[0].tokens))
+
+
+def parse_rows(text, op_prefix, key_fields):
+    """Rows of torch_attention.py / torch_gemm.py: op, key_fields sizes, threads, median ms,
+    min ms, GFLOP/s, ...; keyed by (op, sizes...)."""
+    rows = {}
+    for line in text.splitlines():
+        f = line.split()
+        if f and f[0].startswith(op_prefix) and len(f) >= key_fields + 5:
+            median, best, gflops = f[key_fields + 2:key_fields + 5]
+            rows[tuple(f[:key_fields + 1])] = dict(median_ms=float(median), best_ms=float(best),
+                                                   gflops=float(gflops))
+    return rows
+
+
+def parse_peer_mha(case_list, text):
+    rows = parse_rows(text, "mha_fwd_bwd", 2)
+    for case, (b, l) in zip(case_list, MHA_SHAPES):
+        case.peer.append(rows[("mha_fwd_bwd", str(b), str(l))])
+
+
+def parse_peer_gemm(case_list, text):
+    rows = parse_rows(text, "gemm_", 3)
+    for case in case_list:
+        f, m, k, n = re.match(r"gemm/(\w+)/M:(\d+)/K:(\d+)/N:(\d+)/", case.attn_prefix).groups()
+        case.peer.append(rows[(f"gemm_{f}", m, k, n)])
+
+
+# ---- running one side ----------------------------------------------------------------------
+
+def run(argv, env, log, timeout):
+    """Runs argv with output to `log`; returns (output, peak RSS of the process in MiB)."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        timer = threading.Timer(timeout, proc.kill)  # os.wait4 has no timeout of its own
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)  # wait4: the rusage of this child alone
+        finally:
+            timer.cancel()
+        code = os.waitstatus_to_exitcode(status)
+    with open(log) as f:
+        text = f.read()
+    if code != 0:
+        raise RuntimeError(f"{shlex.join(argv)} exited with {code} (log {log}):\n"
+                           + "\n".join(text.splitlines()[-8:]))
+    return text, usage.ru_maxrss / 1024.0
+
+
+def attn_env(peak):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OPENBLAS_", "MALLOC_", "OMP_", "ATEN_"))}
+    if peak:
+        env["ATTN_FMA_PEAK"] = f"{peak[1]:.3f},{peak[2]:.3f}"
+    return env
+
+
+def run_attn(args, binary, bench_filter, reps, log, peak):
+    """One bench binary on `bench_filter`; returns (Google Benchmark's JSON, peak RSS MiB)."""
+    out_json = log + ".json"
+    argv = [os.path.join(args.build, "benchmarks", binary), f"--benchmark_filter={bench_filter}",
+            f"--benchmark_repetitions={reps}", f"--benchmark_min_time={args.min_time}",
+            f"--benchmark_out={out_json}", "--benchmark_out_format=json"]
+    _, rss = run(argv, attn_env(peak), log, args.timeout)
+    with open(out_json) as f:
+        return json.load(f), rss
+
+
+def attn_runs(data, prefix):
+    """The per-repetition entries of the benchmark whose run_name starts with `prefix`."""
+    runs = [b for b in data["benchmarks"]
+            if b.get("run_type") == "iteration" and b["run_name"].startswith(prefix)]
+    if not runs:
+        raise RuntimeError(f"bench output has no benchmark {prefix}*")
+    for b in runs:
+        if b.get("error_occurred"):
+            raise RuntimeError(f"{b['name']}: {b.get('error_message')}")
+    return runs
+
+
+def to_ms(b):
+    return b["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
+
+
+def record_attn(case, data, peak):
+    runs = attn_runs(data, case.attn_prefix)
+    times = [to_ms(b) for b in runs]
+    gflops = [b["GFLOP/s"] for b in runs if "GFLOP/s" in b]
+    per_call = [b["tokens/call"] for b in runs if "tokens/call" in b]
+    case.attn.append(dict(median_ms=statistics.median(times), best_ms=min(times),
+                          gflops=statistics.median(gflops) if gflops else None,
+                          work=statistics.median(per_call) if per_call else case.tokens,
+                          peak=peak[case.threads] if case.threads in peak else None))
+
+
+def run_peer(args, peer_argv, threads, log):
+    script = (f"source {shlex.quote(os.path.join(PEERS, 'peer_env.sh'))} && "
+              f"peer_env tuned512 {threads} && exec {PY} " + shlex.join(peer_argv))
+    return run(["bash", "-c", script], dict(os.environ), log, args.timeout)
+
+
+def probe_peak(args, log, reps):
+    """Median GFLOP/s of bench_fma_peak on 1 and 2 threads: {1: p1, 2: p2}."""
+    data, _ = run_attn(args, "bench_fma_peak", "^fma_peak/threads:", reps, log, None)
+    return {t: statistics.median(b["GFLOP/s"] for b in attn_runs(data, f"fma_peak/threads:{t}/"))
+            for t in (1, 2)}
+
+
+def run_round(args, r, jobs, raw, peaks):
+    say = lambda msg: print(f"[round {r + 1}/{args.rounds}] {msg}", file=sys.stderr, flush=True)
+    peak = probe_peak(args, os.path.join(raw, f"r{r}_fma_peak.log"), max(3, args.reps))
+    peaks.append(peak)
+    say(f"FMA peak {peak[1]:.0f} / {peak[2]:.0f} GFLOP/s on 1 / 2 threads")
+    for job in jobs:
+        stem = os.path.join(raw, f"r{r}_{job.name.replace(' ', '_')}")
+        try:
+            data, rss = run_attn(args, job.attn_binary, job.attn_filter, args.reps,
+                                 stem + "_attn.log", peak)
+            for case in job.cases:
+                record_attn(case, data, peak)
+                case.rss["attn"].append(rss)
+            text, rss = run_peer(args, job.peer_argv, job.cases[0].threads, stem + "_peer.log")
+            job.parse_peer(job.cases, text)
+            for case in job.cases:
+                case.rss["peer"].append(rss)
+            say(f"{job.name}: done")
+        except (RuntimeError, KeyError, OSError, ValueError) as e:
+            say(f"{job.name}: FAILED: {e}")
+            for case in job.cases:  # keep the rounds of both sides paired
+                del case.attn[len(case.peer):]
+                del case.rss["attn"][len(case.rss["peer"]):]
+
+
+# ---- the report ----------------------------------------------------------------------------
+
+def summary(case, side):
+    """(median, best) over rounds in the case's unit, and per-round throughputs (1 / ms, or
+    tok/s) for the ratio."""
+    rounds = getattr(case, side)
+    if case.unit == "tok/s":
+        rates = [r["work"] / r["median_ms"] * 1e3 for r in rounds]
+        best = max(r["work"] / r["best_ms"] * 1e3 for r in rounds)
+        return statistics.median(rates), best, rates
+    med = statistics.median(r["median_ms"] for r in rounds)
+    return med, min(r["best_ms"] for r in rounds), [1.0 / r["median_ms"] for r in rounds]
+
+
+def fmt(v, unit):
+    if v is None:
+        return "-"
+    if unit == "tok/s" or v >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def median_of(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def case_row(case):
+    if not case.attn:
+        return f"| {case.label} | {case.threads} | failed | failed | - | - | - | - |"
+    a_med, a_best, a_rates = summary(case, "attn")
+    p_med, p_best, p_rates = summary(case, "peer")
+    ratios = sorted(a / p for a, p in zip(a_rates, p_rates))
+    ratio = f"{statistics.median(ratios):.2f}"
+    if len(ratios) > 1:
+        ratio += f" ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+    a_gflops = median_of(r["gflops"] for r in case.attn)
+    pct = median_of(100 * r["gflops"] / r["peak"] if r["gflops"] and r["peak"] else None
+                    for r in case.attn)
+    p_gflops = median_of(r.get("gflops") for r in case.peer)
+    return (f"| {case.label} | {case.threads} | {fmt(a_med, case.unit)} ({fmt(a_best, case.unit)}) "
+            f"| {fmt(p_med, case.unit)} ({fmt(p_best, case.unit)}) | {ratio} "
+            f"| {fmt(a_gflops, '')} | {'-' if pct is None else f'{pct:.0f}%'} | {fmt(p_gflops, '')} |")
+
+
+def report(args, cases, peaks, load):
+    commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                if l.startswith("model name")), platform.processor())
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f"attn against PyTorch {args.torch_version} (tuned512), interleaved: {date}, "
+             f"commit {commit}, {cpu}, {os.cpu_count()} cores, load average {load[0]:.1f} "
+             f"at the start and {load[1]:.1f} at the end.",
+             "",
+             f"Command: `{args.command}` ({args.rounds} round{'s' * (args.rounds > 1)} of attn "
+             f"then PyTorch, "
+             f"{args.reps} repetition{'s' * (args.reps > 1)} per side and round, after warm-up).",
+             ""]
+    if peaks:
+        p1 = statistics.median(p[1] for p in peaks)
+        p2 = statistics.median(p[2] for p in peaks)
+        lines += [f"FMA peak (bench_fma_peak, median of the rounds' probes): {p1:.0f} GFLOP/s on "
+                  f"1 thread, {p2:.0f} on 2.", ""]
+    if args.reps < 5 or args.rounds < 3:
+        lines += ["**Fewer than 5 repetitions or 3 rounds: a smoke run, not figures to publish.**",
+                  ""]
+    lines += ["Medians over rounds of each round's median, best repetition in parentheses; "
+              "attn / PyTorch is the throughput ratio, median of the rounds (range).", "",
+              "| benchmark | threads | attn median (best) | PyTorch median (best) "
+              "| attn / PyTorch | attn GFLOP/s | attn % of peak | PyTorch GFLOP/s |",
+              "|---|---|---|---|---|---|---|---|"]
+    lines += [case_row(c) for c in cases]
+    if any(100 * r["gflops"] > 105 * r["peak"] for c in cases for r in c.attn
+           if r["gflops"] and r["peak"]):
+        lines += ["", "**Above 100% of peak: the probe ran slower than the benchmark, so the machine "
+                  "was not quiet (another process, or the clock changed); rerun.**"]
+    trained = [c for c in cases if c.group == "train" and c.rss["attn"] and c.rss["peer"]]
+    if trained:
+        lines += ["", "Peak resident memory of the whole process (ru_maxrss, MiB; max over rounds):",
+                  "", "| benchmark | threads | attn | PyTorch | attn / PyTorch |", "|---|---|---|---|---|"]
+        for c in trained:
+            a, p = max(c.rss["attn"]), max(c.rss["peer"])
+            lines.append(f"| {c.label.split(' (')[0]} | {c.threads} | {a:,.0f} | {p:,.0f} | {a / p:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", required=True, help="build directory with benchmarks/bench_*")
+    parser.add_argument("--only", default=",".join(GROUPS), help="subset of " + ",".join(GROUPS))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5, help="repetitions per side and round")
+    parser.add_argument("--threads", default="2,1", help="thread counts, e.g. 2 or 2,1")
+    parser.add_argument("--min-time", type=float, default=0.2,
+                        help="seconds per repetition of the mha and gemm kernels")
+    parser.add_argument("--timeout", type=float, default=1200, help="seconds per process")
+    parser.add_argument("--out", help="also write the table to this file")
+    parser.add_argument("--raw", help="directory for the logs and JSON of every process")
+    parser.add_argument("--command", default=shlex.join(sys.argv), help="command shown in the table")
+    args = parser.parse_args()
+    only = args.only.split(",")
+    threads = [int(t) for t in args.threads.split(",")]
+    bad = [g for g in only if g not in GROUPS] + [t for t in threads if t not in (1, 2)]
+    if bad or args.rounds < 1 or args.reps < 1:
+        parser.error(f"expected --only from {GROUPS}, --threads from 1,2, rounds and reps >= 1; "
+                     f"got {bad or (args.rounds, args.reps)}")
+    jobs = []
+    if "train" in only:
+        jobs += train_jobs(threads, args.reps)
+    if "decode" in only:
+        jobs += decode_jobs(threads, args.reps)
+    if "mha" in only:
+        jobs += mha_jobs(threads, args.reps)
+    if "gemm" in only:
+        jobs += gemm_jobs(threads, args.reps, args.min_time)
+    raw = args.raw or tempfile.mkdtemp(prefix="attn_bench_compare_")
+    os.makedirs(raw, exist_ok=True)
+    load_start = os.getloadavg()[0]
+    peaks = []
+    for r in range(args.rounds):
+        run_round(args, r, jobs, raw, peaks)
+    version = set()
+    for name in os.listdir(raw):
+        if name.endswith("_peer.log"):
+            m = re.search(r"# torch (\S+?),? ", open(os.path.join(raw, name)).read())
+            if m:
+                version.add(m.group(1))
+    args.torch_version = "/".join(sorted(version)) or "?"
+    text = report(args, [c for j in jobs for c in j.cases], peaks, (load_start, os.getloadavg()[0]))
+    print(text)
+    print(f"(logs and JSON of every process: {raw})", file=sys.stderr)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    return 0 if all(c.attn for j in jobs for c in j.cases) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
