@@ -506,6 +506,26 @@ TEST_F(Checkpoint, TrainingCheckpointErrors) {
       contains(msg, "metadata \"step\" must be a non-negative decimal integer, got \"12x\""))
       << msg;
 
+  // A step beyond Index used to be cast to a negative count that Adam refused only after the
+  // weights had been overwritten: every check now comes before the first change.
+  Linear<float> other(4, 2);
+  other.weight.value.fill(7.0f);
+  std::vector<TensorEntry> other_entries;
+  for (const auto& p : other.parameters()) other_entries.push_back(tensor_entry(p.name, p.value));
+  for (const auto& s : adam.state())
+    other_entries.push_back(tensor_entry("adam." + s.name, s.value));
+  for (const char* step : {"9223372036854775808", "18446744073709551616", "-1", " 1", "1 "}) {
+    save_safetensors(path("hugestep.safetensors"), other_entries,
+                     {{"step", step}, {"rng_seed", "1"}, {"rng_counter", "2"}});
+    msg = error_of([&] {
+      load_training_checkpoint(path("hugestep.safetensors"), lin.parameters(), adam, rs);
+    });
+    EXPECT_TRUE(contains(msg, "hugestep.safetensors: metadata \"step\" must be a non-negative "
+                              "decimal integer, got \"" + std::string(step) + "\""))
+        << msg;
+    EXPECT_NE(lin.weight.value.data()[0], 7.0f) << "weights overwritten by a refused file";
+  }
+
   entries.pop_back();  // no adam.bias.exp_avg_sq
   save_safetensors(path("noadam.safetensors"), entries,
                    {{"step", "1"}, {"rng_seed", "1"}, {"rng_counter", "2"}});

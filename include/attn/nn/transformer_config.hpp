@@ -11,8 +11,10 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "attn/nn/layer_options.hpp"
+#include "attn/strict_number.hpp"
 
 namespace attn {
 
@@ -121,10 +123,8 @@ struct TransformerConfig {
     auto get = [&](const char* k, auto& v) {
       auto it = m.find(std::string("config.") + k);
       ATTN_CHECK(it != m.end(), FormatError, "checkpoint metadata lacks config.", k);
-      std::istringstream s(it->second);
-      s >> v;
-      ATTN_CHECK(!s.fail() && s.eof(), FormatError, "checkpoint metadata config.", k, " = '",
-                 it->second, "' is not a valid value");
+      v = parse_number_or_throw<std::decay_t<decltype(v)>>(it->second, "checkpoint metadata",
+                                                           it->first);
     };
     get("src_vocab", c.src_vocab);
     get("tgt_vocab", c.tgt_vocab);
