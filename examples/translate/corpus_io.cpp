@@ -93,7 +93,8 @@ bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\v\f") == s
 }  // namespace
 
 std::vector<std::string> read_lines(const std::string& path) {
-  const std::string data = read_all(path);
+  std::string data = read_all(path);
+  strip_utf8_bom(data);
   std::vector<std::string> lines;
   std::size_t start = 0;
   while (start < data.size()) {

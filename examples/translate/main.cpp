@@ -27,6 +27,7 @@ std::vector<std::string> read_input(const std::string& path) {
   std::string line;
   while (std::getline(std::cin, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (lines.empty()) tr::strip_utf8_bom(line);
     const std::size_t bad = tr::find_invalid_utf8(line);
     ATTN_CHECK(bad == std::string::npos, attn::DataError, "<stdin> line ", lines.size() + 1,
                ": expected UTF-8 text, found an invalid byte sequence at byte offset ", bad,

@@ -13,9 +13,11 @@
 #include <attn/parallel.hpp>
 #include <attn/train/checkpoint.hpp>
 #include <attn/train/clip.hpp>
+#include <attn/train/model_file.hpp>
 #include <attn/train/schedule.hpp>
 
 #include "svg.hpp"
+#include "train_state.hpp"
 #include "translator.hpp"
 
 namespace attn::translate {
@@ -38,81 +40,6 @@ std::string fmt_duration(double seconds) {
   else
     o << s << "s";
   return o.str();
-}
-
-std::string str(double v) {
-  std::ostringstream o;
-  o.precision(17);
-  o << v;
-  return o.str();
-}
-
-std::string meta_get(const std::map<std::string, std::string>& m, const std::string& key,
-                     const std::string& file) {
-  auto it = m.find(key);
-  ATTN_CHECK(it != m.end(), FormatError, file, " lacks metadata ", key,
-             " (not a checkpoint written by attn-translate train?)");
-  return it->second;
-}
-
-// The options that change what training computes: stored in every checkpoint and restored on
-// --resume so that a resumed run continues exactly as the interrupted one would have.
-void store_options(const TrainOptions& o, std::map<std::string, std::string>& m) {
-  m["train.label_smoothing"] = str(o.label_smoothing);
-  m["train.warmup"] = std::to_string(o.warmup);
-  m["train.lr_factor"] = str(o.lr_factor);
-  m["train.clip_norm"] = str(o.clip_norm);
-  m["train.max_tokens"] = std::to_string(o.max_tokens);
-  m["train.tokens_per_update"] = std::to_string(o.tokens_per_update);
-  m["train.seed"] = std::to_string(o.seed);
-  m[kMaxLenKey] = std::to_string(o.max_len);
-}
-
-void restore_options(TrainOptions& o, const std::map<std::string, std::string>& m,
-                     const std::string& file) {
-  auto num = [&](const std::string& key) {
-    const std::string v = meta_get(m, key, file);
-    try {
-      return std::stod(v);
-    } catch (const std::exception&) {
-      ATTN_CHECK(false, FormatError, file, " metadata ", key, " = '", v, "' is not a number");
-    }
-    return 0.0;
-  };
-  o.label_smoothing = num("train.label_smoothing");
-  o.warmup = static_cast<Index>(num("train.warmup"));
-  o.lr_factor = num("train.lr_factor");
-  // Checkpoints from before --clip-norm existed were trained without clipping.
-  o.clip_norm = m.count("train.clip_norm") ? num("train.clip_norm") : 0.0;
-  o.max_tokens = static_cast<Index>(num("train.max_tokens"));
-  o.tokens_per_update = static_cast<Index>(num("train.tokens_per_update"));
-  o.seed = std::stoull(meta_get(m, "train.seed", file));
-  o.max_len = static_cast<Index>(num(kMaxLenKey));
-}
-
-std::string encode_curves(const std::vector<CurvePoint>& curves) {
-  std::ostringstream o;
-  o.precision(17);  // round-trips a double: a resumed run's curves equal an uninterrupted run's
-  for (const auto& c : curves)
-    o << c.step << ',' << c.train_loss << ',' << c.valid_loss << ',' << c.valid_bleu << ';';
-  return o.str();
-}
-
-std::vector<CurvePoint> decode_curves(const std::string& text) {
-  std::vector<CurvePoint> out;
-  std::istringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ';')) {
-    if (item.empty()) continue;
-    CurvePoint c;
-    char* p = item.data();
-    c.step = std::strtoll(p, &p, 10);
-    c.train_loss = std::strtod(p + 1, &p);
-    c.valid_loss = std::strtod(p + 1, &p);
-    c.valid_bleu = std::strtod(p + 1, &p);
-    out.push_back(c);
-  }
-  return out;
 }
 
 std::vector<std::string> both_sides(const ParallelCorpus& c) {
@@ -178,6 +105,7 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data)
     : opt_(options), data_(std::move(data)), vocab_(open_vocab(opt_, data_)) {
   set_num_threads(opt_.threads);
   std::string resume_path;
+  SafetensorsFile resume_file;
   std::map<std::string, std::string> meta;
   if (opt_.resume) {
     vocab_.check_directory(opt_.model_dir);
@@ -185,7 +113,8 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data)
     ATTN_CHECK(!ckpts.empty(), IOError, "--resume: model directory '", opt_.model_dir,
                "' has no checkpoint_<step>.safetensors");
     resume_path = ckpts.back().second;
-    meta = load_safetensors(resume_path).metadata();
+    resume_file = load_safetensors(resume_path);
+    meta = resume_file.metadata();
     check_vocab_metadata(meta, vocab_, resume_path);
     restore_options(opt_, meta, resume_path);
   }
@@ -210,16 +139,20 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data)
     for (std::size_t i = 0; i < n; ++i) valid_src_ids_.push_back(vocab_.encode(data_.valid.src[i]));
   }
   const TransformerConfig config =
-      opt_.resume ? TransformerConfig::from_metadata(meta) : make_config(opt_, vocab_.size());
+      opt_.resume ? config_from_model_file(resume_file) : make_config(opt_, vocab_.size());
   model_ = std::make_unique<Transformer<float>>(config);
   adam_ = std::make_unique<Adam<float>>(model_->parameters());
   loss_ = std::make_unique<LabelSmoothedCrossEntropy<float>>(opt_.label_smoothing, config.pad_id);
   if (opt_.resume) {
-    load_training_checkpoint(resume_path, model_->parameters(), *adam_, model_->random_state());
-    epoch_ = std::stoull(meta_get(meta, "data.epoch", resume_path));
-    batch_index_ = std::stoull(meta_get(meta, "data.batch", resume_path));
+    // Everything the metadata holds is checked before the weights are loaded.
+    const DataPosition position =
+        restore_data_position(meta, resume_path, train_batches_->batches().size());
     auto it = meta.find("curves");
-    if (it != meta.end()) curves_ = decode_curves(it->second);
+    if (it != meta.end()) curves_ = decode_curves(it->second, resume_path);
+    load_training_checkpoint(resume_path, model_->parameters(), *adam_, model_->random_state());
+    check_finite_parameters(model_->parameters(), resume_path);
+    epoch_ = position.epoch;
+    batch_index_ = position.batch;
   }
   order_ = train_batches_->epoch_order(opt_.seed, epoch_);
 }
@@ -314,8 +247,7 @@ BleuScore Trainer::test_bleu(std::vector<std::string>* hyps) {
 
 std::string Trainer::save_checkpoint() {
   auto meta = metadata();
-  meta["data.epoch"] = std::to_string(epoch_);
-  meta["data.batch"] = std::to_string(batch_index_);
+  store_data_position({epoch_, batch_index_}, meta);
   meta["curves"] = encode_curves(curves_);
   const std::string path =
       (fs::path(opt_.model_dir) / ("checkpoint_" + std::to_string(step()) + ".safetensors"))
