@@ -35,6 +35,7 @@ class Checkpoint : public ::testing::Test {
   }
   void TearDown() override {
     detail::safetensors_fail_after_bytes() = std::numeric_limits<std::size_t>::max();
+    detail::directory_fsync_fails_with() = 0;
     for (const auto& f : list()) {
       const std::string p = dir_ + "/" + f;
       if (::rmdir(p.c_str()) != 0) std::remove(p.c_str());
@@ -329,6 +330,42 @@ TEST_F(Checkpoint, FailedSaveLeavesTheOldFileAndNoTemporary) {
   save_safetensors(p, {tensor_entry("w", new_t)}, {{"v", "new"}});
   EXPECT_EQ(load_safetensors(p).metadata().at("v"), "new");
   EXPECT_EQ(load_safetensors(p).tensor<float>("w")(63, 63), new_t(63, 63));
+}
+
+TEST_F(Checkpoint, APlantedSymlinkAtTheTemporaryNameIsNotFollowed) {
+  // The temporary file was opened with O_CREAT|O_TRUNC: a symlink planted under its predictable
+  // name redirected the write (and truncated its target). Now it is refused.
+  const std::string p = path("model.safetensors"), victim = path("victim.txt");
+  write_bytes(victim, "precious");
+  const std::string tmp = atomic_temp_path(p);
+  ASSERT_EQ(::symlink(victim.c_str(), tmp.c_str()), 0);
+  auto t = arange_f({2, 2}, 1.0f);
+  const std::string msg = error_of([&] { save_safetensors(p, {tensor_entry("w", t)}); });
+  EXPECT_TRUE(contains(msg, "cannot create " + tmp)) << msg;
+  EXPECT_EQ(read_bytes(victim), "precious");
+  EXPECT_FALSE(std::ifstream(p).good());
+  ::unlink(tmp.c_str());
+  // A regular file of this pid at that name is a leftover of ours and is replaced.
+  write_bytes(tmp, "partial");
+  save_safetensors(p, {tensor_entry("w", t)});
+  EXPECT_EQ(load_safetensors(p).tensor<float>("w")(1, 1), t(1, 1));
+  EXPECT_EQ(list(), (std::vector<std::string>{"model.safetensors", "victim.txt"}));
+}
+
+TEST_F(Checkpoint, AFailedDirectorySyncAfterTheRenameIsAWarningNotAFailedSave) {
+  // It used to throw "cannot fsync directory" although the new file was already in place, so a
+  // caller believed the save had failed and the old file survived.
+  const std::string p = path("model.safetensors");
+  auto t = arange_f({2, 2}, 3.0f);
+  detail::directory_fsync_fails_with() = EIO;
+  AtomicWriteResult r;
+  EXPECT_NO_THROW(r = save_safetensors(p, {tensor_entry("w", t)}));
+  detail::directory_fsync_fails_with() = 0;
+  EXPECT_TRUE(contains(r.warning, p + " was written completely, but cannot fsync directory"))
+      << r.warning;
+  EXPECT_TRUE(contains(r.warning, "may not survive a power loss")) << r.warning;
+  EXPECT_EQ(load_safetensors(p).tensor<float>("w")(1, 1), t(1, 1));
+  EXPECT_TRUE(save_safetensors(p, {tensor_entry("w", t)}).warning.empty());
 }
 
 /// Registers children under torch.nn.Transformer-like dotted names.

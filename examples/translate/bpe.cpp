@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include <attn/error.hpp>
+#include <attn/train/atomic_file.hpp>
 
 #include "gettext_corpus.hpp"  // stable_hash
 
@@ -45,12 +46,9 @@ std::string read_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// Atomic: a full disk or a kill leaves the old file (or none), never a partial spm.model.
 void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  ATTN_CHECK(out.good(), IOError, "cannot open '", path, "' for writing: ", std::strerror(errno));
-  out << bytes;
-  out.close();
-  ATTN_CHECK(out.good(), IOError, "cannot write '", path, "'");
+  write_file_atomically(path, bytes);
 }
 
 std::string hex(std::uint64_t v) {

@@ -19,6 +19,7 @@
 #include "bleu.hpp"
 #include "bpe.hpp"
 #include "corpus_io.hpp"
+#include "model_dir.hpp"
 
 namespace attn::translate {
 
@@ -69,8 +70,11 @@ class Trainer {
   Trainer(const TrainOptions& options, CorpusSplit data);
   ~Trainer();
 
-  /// Runs updates until options.steps or options.minutes (or `max_updates` more, if > 0).
+  /// Runs updates until options.steps or options.minutes (or `max_updates` more, if > 0), or
+  /// until stop_requested() (SIGINT/SIGTERM): then the update in progress finishes, a checkpoint
+  /// is written and interrupted() is true.
   void train(Index max_updates = 0);
+  bool interrupted() const { return interrupted_; }
   /// Writes checkpoint_<step>.safetensors and drops all but the last `keep`.
   std::string save_checkpoint();
   /// The final checkpoint, model.safetensors (averaged or not), curves and attention plots.
@@ -96,10 +100,14 @@ class Trainer {
   std::size_t skipped_pairs() const;
   /// The global gradient norm of the last update, before clipping (NaN before the first).
   double last_grad_norm() const { return last_grad_norm_; }
+  /// With --resume: the checkpoint resumed from, and each newer one skipped with the reason.
+  const std::string& resumed_from() const { return resumed_from_; }
+  const std::vector<std::string>& skipped_checkpoints() const { return skipped_checkpoints_; }
 
  private:
-  void build_model();
-  void resume_from(const std::string& path);
+  void build(const TransformerConfig& config);  // batchers, model, Adam, loss from opt_
+  void resume_from(const std::string& path);      // build() from a checkpoint, then load it
+  void resume_newest_loadable(const TrainOptions& given);
   std::map<std::string, std::string> metadata() const;
   const Batch& next_batch();
   double update();        // one optimiser step; returns its mean smoothed loss
@@ -109,6 +117,7 @@ class Trainer {
 
   TrainOptions opt_;
   CorpusSplit data_;
+  std::unique_ptr<ModelDirLock> lock_;  // held from before the first write to the directory
   SubwordVocab vocab_;
   std::unique_ptr<Transformer<float>> model_;
   std::unique_ptr<Adam<float>> adam_;
@@ -122,6 +131,9 @@ class Trainer {
   Tensor<float> dlogits_;
   Index train_tokens_ = 0;  // target tokens since the last progress point, for tokens/s
   double last_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
+  bool interrupted_ = false;
+  std::string resumed_from_;
+  std::vector<std::string> skipped_checkpoints_;
 };
 
 /// Builds a TransformerConfig from the preset name and overrides; ConfigError for an unknown

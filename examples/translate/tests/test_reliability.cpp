@@ -12,7 +12,15 @@
 
 #include <attn/train/safetensors.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <fstream>
+
 #include "corpus_io.hpp"
+#include "model_dir.hpp"
+#include "stop_signal.hpp"
 #include "train_state.hpp"
 #include "trainer.hpp"
 #include "translate_fixture.hpp"
@@ -213,6 +221,131 @@ TEST_F(Reliability, MalformedTrainingStateNamesFileAndKey) {
     EXPECT_TRUE(contains(msg, c.expected)) << msg;
     fs::remove_all(m);
   }
+}
+
+TEST_F(Reliability, ASecondTrainerOnTheDirectoryIsRefused) {
+  // Two trainers used to share a directory, each pruning the other's checkpoints.
+  const std::string m = dir("locked");
+  tr::Trainer first(tiny_options(m), split());
+  const std::string msg = error_of([&] { tr::Trainer second(tiny_options(m), split()); });
+  EXPECT_TRUE(contains(msg, "model directory '" + m + "' is in use by another attn-translate train"))
+      << msg;
+}
+
+TEST_F(Reliability, LeftoverTemporaryFilesOfDeadWritersAreRemoved) {
+  const std::string m = model_copy();
+  std::ifstream pid_max_file("/proc/sys/kernel/pid_max");
+  long pid_max = 4194304;
+  pid_max_file >> pid_max;
+  const std::string dead = m + "/checkpoint_6.safetensors.tmp." + std::to_string(pid_max + 1);
+  const std::string alive = m + "/vocab.txt.tmp.1";  // pid 1 exists: its writer may be running
+  write_file(dead, "partial");
+  write_file(alive, "partial");
+  tr::TrainOptions o = tiny_options(m);
+  o.resume = true;
+  tr::Trainer t(o, split());
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(alive));
+}
+
+TEST_F(Reliability, ResumeFallsBackToTheNewestCheckpointThatLoads) {
+  const std::string m = model_copy();
+  const auto ckpts = tr::list_checkpoints(m);
+  ASSERT_EQ(ckpts.size(), 2u);  // steps 2 and 4
+  const std::string newest = ckpts.back().second, older = ckpts.front().second;
+  const std::string bytes = read_file(newest);
+  write_file(newest, bytes.substr(0, bytes.size() / 2));  // truncated, as by a full disk
+  tr::TrainOptions o = tiny_options(m);
+  o.resume = true;
+  {
+    tr::Trainer t(o, split());
+    EXPECT_EQ(t.resumed_from(), older);
+    EXPECT_EQ(t.step(), 2);
+    ASSERT_EQ(t.skipped_checkpoints().size(), 1u);
+    EXPECT_TRUE(contains(t.skipped_checkpoints()[0], newest)) << t.skipped_checkpoints()[0];
+  }
+  // And when none loads, every one is named with its reason.
+  write_file(older, "junk");
+  const std::string msg = error_of([&] { tr::Trainer again(o, split()); });
+  EXPECT_TRUE(contains(msg, "--resume: no checkpoint of '" + m + "' loads")) << msg;
+  EXPECT_TRUE(contains(msg, newest) && contains(msg, older)) << msg;
+}
+
+TEST_F(Reliability, AVocabularyWithoutWeightsDoesNotBlockANewRun) {
+  // What a run killed before its first checkpoint leaves: train and train --resume both refused.
+  const std::string m = model_copy();
+  for (const auto& [step, path] : tr::list_checkpoints(m)) fs::remove(path);
+  fs::remove(m + "/model.safetensors");
+  tr::Trainer t(tiny_options(m), split());
+  t.train(1);
+  EXPECT_EQ(t.step(), 1);
+}
+
+TEST_F(Reliability, AStopRequestFinishesTheUpdateAndWritesACheckpoint) {
+  const std::string m = dir("stopped"), ref = dir("uninterrupted");
+  tr::TrainOptions o = tiny_options(m);
+  o.steps = 4;
+  {
+    tr::Trainer t(o, split());
+    t.train(3);
+    tr::set_stop_request(SIGTERM);
+    t.train();
+    tr::set_stop_request(0);
+    EXPECT_TRUE(t.interrupted());
+    EXPECT_EQ(t.step(), 3);  // no update lost
+    EXPECT_EQ(tr::list_checkpoints(m).back().first, 3);
+  }
+  o.resume = true;
+  tr::Trainer resumed(o, split());
+  resumed.train();
+  resumed.save_checkpoint();
+  tr::TrainOptions u = tiny_options(ref);
+  u.steps = 4;
+  tr::Trainer straight(u, split());
+  straight.train();
+  straight.save_checkpoint();
+  EXPECT_TRUE(read_file(m + "/checkpoint_4.safetensors") ==
+              read_file(ref + "/checkpoint_4.safetensors"));
+}
+
+TEST_F(Reliability, CtrlCExits130WithACheckpointAndASecondOneAbortsAtOnce) {
+  const tr::CorpusSplit d = split();
+  const std::string src = dir("train.en"), tgt = dir("train.de"), m = dir("m");
+  tr::write_lines(src, d.train.src);
+  tr::write_lines(tgt, d.train.tgt);
+  const std::string train = std::string(ATTN_TRANSLATE_BIN) + " train --threads 1 --src " + src +
+                            " --tgt " + tgt + " --preset tiny --vocab-size 60 --max-len 32 " +
+                            "--valid-every 0 --checkpoint-every 0 --svg 0 --model-dir ";
+  auto interrupt = [&](const std::string& model, const std::string& signals) {
+    const std::string cmd = "sh -c '" + train + model + " 2> " + model + ".err & pid=$!; sleep 2; " +
+                            signals + "; wait $pid; echo $? > " + model + ".rc'";
+    EXPECT_EQ(std::system(cmd.c_str()), 0);
+    return read_file(model + ".rc");
+  };
+  EXPECT_EQ(interrupt(m, "kill -INT $pid"), "130\n") << read_file(m + ".err");
+  EXPECT_TRUE(contains(read_file(m + ".err"), "interrupted by SIGINT")) << read_file(m + ".err");
+  ASSERT_FALSE(tr::list_checkpoints(m).empty());
+  tr::TrainOptions o = tiny_options(m);
+  o.resume = true;
+  EXPECT_NO_THROW(tr::Trainer t(o, split()));
+  EXPECT_EQ(interrupt(dir("t"), "kill -TERM $pid"), "143\n") << read_file(dir("t") + ".err");
+}
+
+TEST(StopSignal, TheFirstSignalAsksToStopTheSecondEndsTheProcess) {
+  // In a child process: two signals sent from a shell may merge into one before delivery.
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    tr::install_stop_handlers();
+    ::raise(SIGINT);
+    if (tr::stop_requested() != SIGINT) ::_exit(2);
+    ::raise(SIGTERM);  // the second request, of either kind
+    ::_exit(3);        // not reached
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit code " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
 }
 
 TEST(TrainState, CurvesRoundTripWithNaNAndRefuseWhatTheyDoNotHold) {

@@ -148,10 +148,11 @@ struct TrainingCheckpoint {
 /// `metadata` (whose keys must not be "step", "rng_seed" or "rng_counter") and `extra` tensors
 /// (stored as "extra.<name>"), atomically.
 template <class T>
-void save_training_checkpoint(const std::string& path, const std::vector<NamedParameter<T>>& params,
-                              const Adam<T>& adam, const RandomState& rng,
-                              const std::map<std::string, std::string>& metadata = {},
-                              const std::vector<TensorEntry>& extra = {}) {
+AtomicWriteResult save_training_checkpoint(const std::string& path,
+                                           const std::vector<NamedParameter<T>>& params,
+                                           const Adam<T>& adam, const RandomState& rng,
+                                           const std::map<std::string, std::string>& metadata = {},
+                                           const std::vector<TensorEntry>& extra = {}) {
   std::map<std::string, std::string> meta = metadata;
   for (const char* key : {"step", "rng_seed", "rng_counter"})
     ATTN_CHECK(!meta.count(key), ConfigError, "save_training_checkpoint: metadata key \"", key,
@@ -166,7 +167,7 @@ void save_training_checkpoint(const std::string& path, const std::vector<NamedPa
     e.name = "extra." + e.name;
     entries.push_back(std::move(e));
   }
-  save_safetensors(path, entries, meta);
+  return save_safetensors(path, entries, meta);
 }
 
 /// Restores what save_training_checkpoint wrote: parameter values, Adam's moments and step
