@@ -1,5 +1,5 @@
-// Writes the fuzz targets' seed corpus: <out>/mo_catalog/*.mo and <out>/safetensors/*.safetensors,
-// each a valid file built in-process (see seeds.hpp). Usage: attn_fuzz_make_seeds <out>
+// Writes the fuzz targets' seed corpus: <out>/<target>/*, each a valid input built in-process
+// (seeds.hpp, model_file_target.hpp, text_targets.hpp). Usage: attn_fuzz_make_seeds <out>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -7,7 +7,9 @@
 #include <fstream>
 #include <iostream>
 
+#include "model_file_target.hpp"
 #include "seeds.hpp"
+#include "text_targets.hpp"
 
 namespace {
 
@@ -42,7 +44,11 @@ int main(int argc, char** argv) {
   }
   try {
     const bool ok = write_all(out + "/mo_catalog", attn::fuzz::mo_seeds()) &&
-                    write_all(out + "/safetensors", attn::fuzz::safetensors_seeds(out));
+                    write_all(out + "/safetensors", attn::fuzz::safetensors_seeds(out)) &&
+                    write_all(out + "/model_file", attn::fuzz::model_file_seeds(out)) &&
+                    write_all(out + "/train_state", attn::fuzz::train_state_seeds()) &&
+                    write_all(out + "/vocab", attn::fuzz::vocab_seeds()) &&
+                    write_all(out + "/parallel_text", attn::fuzz::parallel_text_seeds());
     return ok ? 0 : 1;
   } catch (const attn::Error& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -262,10 +262,10 @@ std::string safetensors_with_header(const std::string& header) {
 }
 
 TEST(SafetensorsRegression, DeepNestingIsRefusedInsteadOfOverflowingTheStack) {
-  // ordered_json copies nested values recursively when a later key grows the object: 100000
-  // levels of '[' used to crash with SIGSEGV.
+  // ordered_json copied nested values recursively when a later key grew the object: 100000
+  // levels of '[' used to crash with SIGSEGV. An unknown field may nest, but not without bound.
   const std::size_t depth = 100'000;
-  const std::string header = R"({"a":{"dtype":"F32","shape":[)" + std::string(depth, '[') +
+  const std::string header = R"({"a":{"dtype":"F32","shape":[0],"x":[)" + std::string(depth, '[') +
                              std::string(depth, ']') + R"(],"data_offsets":[0,0]}})";
   const std::string bytes = safetensors_with_header(header);
   EXPECT_EQ(run_st(bytes), SafetensorsOutcome::rejected);
@@ -285,7 +285,7 @@ TEST(SafetensorsRegression, DeepNestingIsRefusedInsteadOfOverflowingTheStack) {
     parse_safetensors(std::vector<unsigned char>(shallow.begin(), shallow.end()), "s");
     ADD_FAILURE() << "no exception";
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("shape entries must be non-negative integers, got [[1]]"),
+    EXPECT_NE(std::string(e.what()).find("shape entries must be non-negative integers, got an array"),
               std::string::npos)
         << e.what();
   }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/) with clang, ASan and UBSan, and runs each for
-# ${FUZZ_SECONDS:-60} seconds on a working copy of its corpus: fuzz/corpus/<target>, the seeds
+# ${FUZZ_SECONDS:-60} seconds (inputs up to ${FUZZ_MAX_LEN:-1048576} bytes) on a working copy of its corpus: fuzz/corpus/<target>, the seeds
 # attn_fuzz_make_seeds writes, and (for .mo) a few small catalogs from /usr/share/locale.
 # New inputs stay in build-fuzz/corpus; crashes go to build-fuzz/artifacts/<target>/ and make the
 # script fail. Usage: [FUZZ_SECONDS=60] [JOBS=N] bash scripts/fuzz.sh [target...]
@@ -11,7 +11,8 @@ build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 seconds=${FUZZ_SECONDS:-60}
 jobs=${JOBS:-$(nproc)}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(mo_catalog safetensors)
+[ ${#targets[@]} -gt 0 ] || targets=(mo_catalog safetensors model_file train_state vocab parallel_text)
+max_len=${FUZZ_MAX_LEN:-1048576}  # inputs up to 1 MB: the header size caps must hold there too
 
 if ! command -v clang++ >/dev/null || ! clang++ -fsanitize=fuzzer -x c++ - -o /dev/null \
   <<<'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' 2>/dev/null
@@ -37,7 +38,7 @@ for target in "${targets[@]}"; do
   corpus=$build/corpus/$target
   artifacts=$build/artifacts/$target
   mkdir -p "$corpus" "$artifacts"
-  cp "$root/fuzz/corpus/$target/"* "$corpus/"
+  if [ -d "$root/fuzz/corpus/$target" ]; then cp "$root/fuzz/corpus/$target/"* "$corpus/"; fi
   for seed in "$build/seeds/$target/"*; do cp "$seed" "$corpus/generated_$(basename "$seed")"; done
   if [ "$target" = mo_catalog ] && [ -d /usr/share/locale ]; then
     mapfile -t catalogs < <(find /usr/share/locale -name '*.mo' -size -8k 2>/dev/null | sort)
@@ -48,7 +49,7 @@ for target in "${targets[@]}"; do
   dict=()
   [ -f "$root/fuzz/$target.dict" ] && dict=(-dict="$root/fuzz/$target.dict")
   echo "== fuzz_$target for ${seconds}s (corpus $corpus)"
-  if ! "$build/fuzz/fuzz_$target" "${dict[@]}" -max_total_time="$seconds" -max_len=8192 \
+  if ! "$build/fuzz/fuzz_$target" "${dict[@]}" -max_total_time="$seconds" -max_len="$max_len" \
     -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 -artifact_prefix="$artifacts/" \
     "$corpus" 2>"$build/fuzz_$target.log"; then
     status=1

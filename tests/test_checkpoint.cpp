@@ -35,6 +35,7 @@ class Checkpoint : public ::testing::Test {
   }
   void TearDown() override {
     detail::safetensors_fail_after_bytes() = std::numeric_limits<std::size_t>::max();
+    detail::directory_fsync_fails_with() = 0;
     for (const auto& f : list()) {
       const std::string p = dir_ + "/" + f;
       if (::rmdir(p.c_str()) != 0) std::remove(p.c_str());
@@ -331,6 +332,42 @@ TEST_F(Checkpoint, FailedSaveLeavesTheOldFileAndNoTemporary) {
   EXPECT_EQ(load_safetensors(p).tensor<float>("w")(63, 63), new_t(63, 63));
 }
 
+TEST_F(Checkpoint, APlantedSymlinkAtTheTemporaryNameIsNotFollowed) {
+  // The temporary file was opened with O_CREAT|O_TRUNC: a symlink planted under its predictable
+  // name redirected the write (and truncated its target). Now it is refused.
+  const std::string p = path("model.safetensors"), victim = path("victim.txt");
+  write_bytes(victim, "precious");
+  const std::string tmp = atomic_temp_path(p);
+  ASSERT_EQ(::symlink(victim.c_str(), tmp.c_str()), 0);
+  auto t = arange_f({2, 2}, 1.0f);
+  const std::string msg = error_of([&] { save_safetensors(p, {tensor_entry("w", t)}); });
+  EXPECT_TRUE(contains(msg, "cannot create " + tmp)) << msg;
+  EXPECT_EQ(read_bytes(victim), "precious");
+  EXPECT_FALSE(std::ifstream(p).good());
+  ::unlink(tmp.c_str());
+  // A regular file of this pid at that name is a leftover of ours and is replaced.
+  write_bytes(tmp, "partial");
+  save_safetensors(p, {tensor_entry("w", t)});
+  EXPECT_EQ(load_safetensors(p).tensor<float>("w")(1, 1), t(1, 1));
+  EXPECT_EQ(list(), (std::vector<std::string>{"model.safetensors", "victim.txt"}));
+}
+
+TEST_F(Checkpoint, AFailedDirectorySyncAfterTheRenameIsAWarningNotAFailedSave) {
+  // It used to throw "cannot fsync directory" although the new file was already in place, so a
+  // caller believed the save had failed and the old file survived.
+  const std::string p = path("model.safetensors");
+  auto t = arange_f({2, 2}, 3.0f);
+  detail::directory_fsync_fails_with() = EIO;
+  AtomicWriteResult r;
+  EXPECT_NO_THROW(r = save_safetensors(p, {tensor_entry("w", t)}));
+  detail::directory_fsync_fails_with() = 0;
+  EXPECT_TRUE(contains(r.warning, p + " was written completely, but cannot fsync directory"))
+      << r.warning;
+  EXPECT_TRUE(contains(r.warning, "may not survive a power loss")) << r.warning;
+  EXPECT_EQ(load_safetensors(p).tensor<float>("w")(1, 1), t(1, 1));
+  EXPECT_TRUE(save_safetensors(p, {tensor_entry("w", t)}).warning.empty());
+}
+
 /// Registers children under torch.nn.Transformer-like dotted names.
 template <class T>
 struct TwoLayers : Module<T> {
@@ -505,6 +542,26 @@ TEST_F(Checkpoint, TrainingCheckpointErrors) {
   EXPECT_TRUE(
       contains(msg, "metadata \"step\" must be a non-negative decimal integer, got \"12x\""))
       << msg;
+
+  // A step beyond Index used to be cast to a negative count that Adam refused only after the
+  // weights had been overwritten: every check now comes before the first change.
+  Linear<float> other(4, 2);
+  other.weight.value.fill(7.0f);
+  std::vector<TensorEntry> other_entries;
+  for (const auto& p : other.parameters()) other_entries.push_back(tensor_entry(p.name, p.value));
+  for (const auto& s : adam.state())
+    other_entries.push_back(tensor_entry("adam." + s.name, s.value));
+  for (const char* step : {"9223372036854775808", "18446744073709551616", "-1", " 1", "1 "}) {
+    save_safetensors(path("hugestep.safetensors"), other_entries,
+                     {{"step", step}, {"rng_seed", "1"}, {"rng_counter", "2"}});
+    msg = error_of([&] {
+      load_training_checkpoint(path("hugestep.safetensors"), lin.parameters(), adam, rs);
+    });
+    EXPECT_TRUE(contains(msg, "hugestep.safetensors: metadata \"step\" must be a non-negative "
+                              "decimal integer, got \"" + std::string(step) + "\""))
+        << msg;
+    EXPECT_NE(lin.weight.value.data()[0], 7.0f) << "weights overwritten by a refused file";
+  }
 
   entries.pop_back();  // no adam.bias.exp_avg_sq
   save_safetensors(path("noadam.safetensors"), entries,

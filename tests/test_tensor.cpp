@@ -1,6 +1,7 @@
 // Tensor<T>: shapes, aligned storage, views without copies, Eigen maps, element access, errors.
 #include <cstdint>
 
+#include "error_helpers.hpp"
 #include "pch.hpp"
 
 namespace attn {
@@ -98,6 +99,21 @@ TEST(Tensor, ErrorsNameExpectedAndActual) {
   EXPECT_THROW((Tensor<float>::from({2, 2}, {1, 2, 3})), ShapeError);
   EXPECT_THROW(check_shape(t, Shape({3, 2}), "x"), ShapeError);
   EXPECT_THROW(t.reshape({-1, -1}), ShapeError);
+}
+
+TEST(Tensor, ShapesWhoseElementCountOverflowsAreRefusedBeforeAllocating) {
+  // 2^32 * 2^32 used to wrap Shape::numel to 0 (UB), and [2^61, 2] floats allocated a wrapped byte count.
+  const Index big = Index(1) << 32;
+  const std::string msg = testing::error_of<ShapeError>([&] { Shape s({big, big}); });
+  EXPECT_NE(msg.find("tensor shape [4294967296, 4294967296] has more elements than an Index"),
+            std::string::npos)
+      << msg;
+  EXPECT_THROW(Shape({big, big, 0}), ShapeError);  // a zero extent does not hide the overflow
+  EXPECT_EQ(Shape({big, 0}).numel(), 0);
+  EXPECT_EQ(Shape({big, Index(1) << 30}).numel(), Index(1) << 62);
+  const std::string alloc =
+      testing::error_of<ShapeError>([&] { Tensor<float> t(Shape({Index(1) << 61, 2})); });
+  EXPECT_NE(alloc.find("elements of 4 bytes is too large to allocate"), std::string::npos) << alloc;
 }
 
 TEST(Tensor, ErrorHierarchy) {

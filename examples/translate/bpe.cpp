@@ -4,6 +4,8 @@
 #include <sentencepiece_trainer.h>
 
 #include <cerrno>
+#include <charconv>
+#include <optional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +14,8 @@
 #include <unordered_map>
 
 #include <attn/error.hpp>
+#include <attn/strict_number.hpp>
+#include <attn/train/atomic_file.hpp>
 
 #include "gettext_corpus.hpp"  // stable_hash
 
@@ -45,12 +49,9 @@ std::string read_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+// Atomic: a full disk or a kill leaves the old file (or none), never a partial spm.model.
 void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  ATTN_CHECK(out.good(), IOError, "cannot open '", path, "' for writing: ", std::strerror(errno));
-  out << bytes;
-  out.close();
-  ATTN_CHECK(out.good(), IOError, "cannot write '", path, "'");
+  write_file_atomically(path, bytes);
 }
 
 std::string hex(std::uint64_t v) {
@@ -133,18 +134,20 @@ VocabFingerprint read_vocab_fingerprint(const std::string& dir) {
   std::string magic, size_key, hash_key, hash_hex;
   int version = 0;
   VocabFingerprint f;
-  in >> magic >> version >> size_key >> f.size >> hash_key >> hash_hex;
+  std::string size_text;
+  in >> magic >> version >> size_key >> size_text >> hash_key >> hash_hex;
   ATTN_CHECK(in && magic == kInfoMagic && version == 1 && size_key == "size" && hash_key == "hash",
              FormatError, "'", path, "': expected \"", kInfoMagic,
              " 1\" followed by \"size N\" and \"hash HEX\" lines");
-  try {
-    std::size_t used = 0;
-    f.hash = std::stoull(hash_hex, &used, 16);
-    ATTN_CHECK(used == hash_hex.size(), FormatError, "'", path, "': hash '", hash_hex,
-               "' is not hexadecimal");
-  } catch (const std::logic_error&) {
-    throw FormatError(detail::concat("'", path, "': hash '", hash_hex, "' is not hexadecimal"));
-  }
+  // Strictly: istream >> int and stoull took "-5" as a size and "-1" as the hash 2^64-1.
+  const std::optional<int> size = parse_number<int>(size_text);
+  ATTN_CHECK(size && *size > 0, FormatError, "'", path, "': size '", size_text,
+             "' is not a positive integer");
+  f.size = *size;
+  const char* end = hash_hex.data() + hash_hex.size();
+  const auto r = std::from_chars(hash_hex.data(), end, f.hash, 16);
+  ATTN_CHECK(r.ec == std::errc() && r.ptr == end, FormatError, "'", path, "': hash '", hash_hex,
+             "' is not hexadecimal");
   return f;
 }
 

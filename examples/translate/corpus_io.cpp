@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <string>
 
 #include <attn/error.hpp>
+#include <attn/train/atomic_file.hpp>
 
 namespace attn::translate {
 
@@ -93,7 +95,8 @@ bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\v\f") == s
 }  // namespace
 
 std::vector<std::string> read_lines(const std::string& path) {
-  const std::string data = read_all(path);
+  std::string data = read_all(path);
+  strip_utf8_bom(data);
   std::vector<std::string> lines;
   std::size_t start = 0;
   while (start < data.size()) {
@@ -114,48 +117,35 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 namespace {
 
-/// Writes `lines` to `file` (gzip-compressed when `gz`); messages name `path`, the final name.
-void write_lines_to(const std::string& file, bool gz, const std::string& path,
-                    const std::vector<std::string>& lines) {
-  if (gz) {
-    GzHandle f(gzopen(file.c_str(), "wb"));
-    ATTN_CHECK(f != nullptr, IOError, "cannot open '", path,
-               "' for writing: ", std::strerror(errno));
-    for (const std::string& line : lines) {
-      const std::string row = line + '\n';
-      ATTN_CHECK(gzwrite(f.get(), row.data(), static_cast<unsigned>(row.size())) ==
-                     static_cast<int>(row.size()),
-                 IOError, "cannot write '", path, "'");
-    }
-    ATTN_CHECK(gzclose(f.release()) == Z_OK, IOError, "cannot finish writing '", path, "'");
-    return;
-  }
-  std::ofstream out(file, std::ios::binary);
-  ATTN_CHECK(out.good(), IOError, "cannot open '", path, "' for writing: ", std::strerror(errno));
-  for (const std::string& line : lines) out << line << '\n';
-  out.close();
-  ATTN_CHECK(out.good(), IOError, "cannot write '", path, "'");
+/// `text` as one gzip member (zlib's deflate with the gzip wrapper, windowBits 15 + 16).
+std::string gzip(const std::string& text, const std::string& path) {
+  z_stream z{};
+  ATTN_CHECK(deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8,
+                          Z_DEFAULT_STRATEGY) == Z_OK,
+             IOError, "cannot compress '", path, "': deflateInit2 failed");
+  std::string out(deflateBound(&z, static_cast<uLong>(text.size())), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  ATTN_CHECK(rc == Z_STREAM_END, IOError, "cannot compress '", path, "': deflate returned ", rc);
+  return out;
 }
 
 }  // namespace
 
 void write_lines(const std::string& path, const std::vector<std::string>& lines) {
-  // Into a temporary file beside `path`, renamed over it once complete: a failed write (a full
-  // disk, say) leaves the old file as it was, never a partial one in its place.
+  // Atomically (a temporary file beside `path`, renamed over it once complete): a failed write,
+  // a full disk say, leaves the old file as it was, never a partial one in its place.
+  std::string text;
+  for (const std::string& line : lines) text += line + '\n';
   const bool gz = path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  try {
-    write_lines_to(tmp, gz, path, lines);
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    ATTN_CHECK(false, IOError, "cannot write '", path, "': rename from '", tmp,
-               "' failed: ", std::strerror(err));
-  }
+  ATTN_CHECK(!gz || text.size() <= std::numeric_limits<uInt>::max(), IOError, "cannot write '",
+             path, "': ", text.size(), " bytes are too many to compress in one piece");
+  write_file_atomically(path, gz ? gzip(text, path) : text);
 }
 
 ParallelCorpus read_parallel(const std::string& src_path, const std::string& tgt_path,

@@ -43,6 +43,12 @@ inline bool is_valid_utf8(std::string_view text) {
 /// not valid UTF-8.
 std::vector<std::string> read_lines(const std::string& path);
 
+/// Removes a UTF-8 byte order mark (EF BB BF) from the start of `text`, as editors on Windows
+/// write it: otherwise it would become part of the first word of the first line.
+inline void strip_utf8_bom(std::string& text) {
+  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
+}
+
 /// Writes `lines`, each followed by '\n'; gzip-compressed when `path` ends in ".gz". The file is
 /// written beside `path` and renamed over it when complete, so on failure (IOError naming the
 /// path) an existing file is left as it was.

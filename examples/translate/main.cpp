@@ -2,6 +2,7 @@
 // The subcommands only parse flags; the work is in trainer.cpp and translator.cpp. Every option's
 // --help line shows its default: CLI11's "=value" where there is one, "(default: ...)" in the
 // description for flags and for options whose absence means something (tests/test_cli.cpp).
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -14,6 +15,7 @@
 
 #include "corpus_io.hpp"
 #include "gettext_corpus.hpp"
+#include "stop_signal.hpp"
 #include "trainer.hpp"
 #include "translator.hpp"
 
@@ -27,6 +29,7 @@ std::vector<std::string> read_input(const std::string& path) {
   std::string line;
   while (std::getline(std::cin, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (lines.empty()) tr::strip_utf8_bom(line);
     const std::size_t bad = tr::find_invalid_utf8(line);
     ATTN_CHECK(bad == std::string::npos, attn::DataError, "<stdin> line ", lines.size() + 1,
                ": expected UTF-8 text, found an invalid byte sequence at byte offset ", bad,
@@ -226,8 +229,15 @@ int main(int argc, char** argv) {
     attn::set_num_threads(threads);
     if (*train) {
       t.threads = threads;
+      tr::install_stop_handlers();  // Ctrl-C / SIGTERM: checkpoint, then exit 130 / 143
       tr::Trainer trainer(t, load_data(gettext_dir, src, tgt, vsrc, vtgt, tsrc, ttgt));
       trainer.train();
+      if (trainer.interrupted()) {
+        std::cerr << "attn-translate: interrupted by "
+                  << (tr::stop_requested() == SIGINT ? "SIGINT" : "SIGTERM") << " at step "
+                  << trainer.step() << "; checkpoint written, continue with train --resume\n";
+        return 128 + tr::stop_requested();
+      }
       trainer.finish();
       std::cerr << "model written to " << t.model_dir << "/model.safetensors\n";
       if (!trainer.data().test.empty()) {

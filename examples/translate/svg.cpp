@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include <attn/error.hpp>
+#include <attn/train/atomic_file.hpp>
 
 namespace attn::translate {
 namespace {
@@ -240,11 +241,7 @@ std::string attention_svg(const std::vector<std::string>& src, const std::vector
 }
 
 void write_svg(const std::string& path, const std::string& svg) {
-  std::ofstream out(path, std::ios::binary);
-  ATTN_CHECK(out.good(), IOError, "cannot open '", path, "' for writing: ", std::strerror(errno));
-  out << svg;
-  out.close();
-  ATTN_CHECK(out.good(), IOError, "cannot write '", path, "'");
+  write_file_atomically(path, svg);  // never a partial plot in place of the old one
 }
 
 }  // namespace attn::translate

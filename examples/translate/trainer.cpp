@@ -15,9 +15,12 @@
 #include <attn/parallel.hpp>
 #include <attn/train/checkpoint.hpp>
 #include <attn/train/clip.hpp>
+#include <attn/train/model_file.hpp>
 #include <attn/train/schedule.hpp>
 
+#include "stop_signal.hpp"
 #include "svg.hpp"
+#include "train_state.hpp"
 #include "translator.hpp"
 
 namespace attn::translate {
@@ -42,83 +45,6 @@ std::string fmt_duration(double seconds) {
   return o.str();
 }
 
-std::string str(double v) {
-  std::ostringstream o;
-  o.precision(17);
-  o << v;
-  return o.str();
-}
-
-std::string meta_get(const std::map<std::string, std::string>& m, const std::string& key,
-                     const std::string& file) {
-  auto it = m.find(key);
-  ATTN_CHECK(it != m.end(), FormatError, file, " lacks metadata ", key,
-             " (not a checkpoint written by attn-translate train?)");
-  return it->second;
-}
-
-// TrainOptions::visit_saved lists the options stored in every checkpoint and restored on --resume.
-static_assert(std::string_view(kMaxLenKey) == "translate.max_len",
-              "TrainOptions::visit_saved stores max_len under the key the translator reads");
-void store_options(const TrainOptions& o, std::map<std::string, std::string>& m) {
-  o.visit_saved([&](const char* key, const auto& v, bool) {
-    if constexpr (std::is_floating_point_v<std::decay_t<decltype(v)>>)
-      m[key] = str(v);
-    else
-      m[key] = std::to_string(v);
-  });
-}
-
-void restore_options(TrainOptions& o, const std::map<std::string, std::string>& m,
-                     const std::string& file) {
-  o.visit_saved([&](const char* key, auto& v, bool required) {
-    using V = std::decay_t<decltype(v)>;
-    if (!required && !m.count(key)) {
-      v = V{};  // a checkpoint from before the option existed: trained with it off
-      return;
-    }
-    const std::string text = meta_get(m, key, file);
-    std::size_t used = 0;
-    try {
-      if constexpr (std::is_floating_point_v<V>)
-        v = std::stod(text, &used);
-      else if constexpr (std::is_unsigned_v<V>)
-        v = static_cast<V>(std::stoull(text, &used));
-      else
-        v = static_cast<V>(std::stoll(text, &used));
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    ATTN_CHECK(used == text.size() && used > 0, FormatError, file, " metadata ", key, " = '", text,
-               "' is not a number");
-  });
-}
-
-std::string encode_curves(const std::vector<CurvePoint>& curves) {
-  std::ostringstream o;
-  o.precision(17);  // round-trips a double: a resumed run's curves equal an uninterrupted run's
-  for (const auto& c : curves)
-    o << c.step << ',' << c.train_loss << ',' << c.valid_loss << ',' << c.valid_bleu << ';';
-  return o.str();
-}
-
-std::vector<CurvePoint> decode_curves(const std::string& text) {
-  std::vector<CurvePoint> out;
-  std::istringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ';')) {
-    if (item.empty()) continue;
-    CurvePoint c;
-    char* p = item.data();
-    c.step = std::strtoll(p, &p, 10);
-    c.train_loss = std::strtod(p + 1, &p);
-    c.valid_loss = std::strtod(p + 1, &p);
-    c.valid_bleu = std::strtod(p + 1, &p);
-    out.push_back(c);
-  }
-  return out;
-}
-
 std::vector<std::string> both_sides(const ParallelCorpus& c) {
   std::vector<std::string> s = c.src;
   s.insert(s.end(), c.tgt.begin(), c.tgt.end());
@@ -132,16 +58,25 @@ SubwordVocab open_vocab(const TrainOptions& o, const CorpusSplit& data) {
   ATTN_CHECK(list_checkpoints(o.model_dir).empty(), ConfigError, "model directory '", o.model_dir,
              "' already holds checkpoints; pass --resume to continue, or use another directory");
   // A trained model without checkpoints (e.g. after averaging them away) would lose its
-  // vocabulary to a fresh one, and its weights with it.
-  for (const char* name : {"model.safetensors", "spm.model", "vocab.txt"})
-    ATTN_CHECK(!fs::exists(fs::path(o.model_dir) / name), ConfigError, "model directory '",
-               o.model_dir, "' already holds a model (", name,
-               "); pass --resume to continue, or use another directory");
+  // vocabulary to a fresh one, and its weights with it. A vocabulary without any weights is what
+  // a run killed before its first checkpoint leaves: nothing to lose, so it is trained again.
+  ATTN_CHECK(!fs::exists(fs::path(o.model_dir) / "model.safetensors"), ConfigError,
+             "model directory '", o.model_dir,
+             "' already holds a model (model.safetensors); pass --resume to continue, or use "
+             "another directory");
   fs::create_directories(o.model_dir);
   BpeTrainOptions bpe;
   bpe.vocab_size = o.vocab_size;
   bpe.num_threads = o.threads;
   return SubwordVocab::train(both_sides(data.train), o.model_dir, bpe);
+}
+
+std::unique_ptr<ModelDirLock> lock_model_dir(const TrainOptions& o) {
+  ATTN_CHECK(!o.model_dir.empty(), ConfigError, "train: --model-dir is required");
+  auto lock = std::make_unique<ModelDirLock>(o.model_dir);
+  for (const std::string& path : remove_stale_temp_files(o.model_dir))
+    if (!o.quiet) std::cerr << "train: removed " << path << ", left by a killed writer\n";
+  return lock;
 }
 
 }  // namespace
@@ -179,20 +114,63 @@ std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const Paral
 }
 
 Trainer::Trainer(const TrainOptions& options, CorpusSplit data)
-    : opt_(options), data_(std::move(data)), vocab_(open_vocab(opt_, data_)) {
+    : opt_(options),
+      data_(std::move(data)),
+      lock_(lock_model_dir(opt_)),
+      vocab_(open_vocab(opt_, data_)) {
   set_num_threads(opt_.threads);
-  std::string resume_path;
-  std::map<std::string, std::string> meta;
   if (opt_.resume) {
-    vocab_.check_directory(opt_.model_dir);
-    const auto ckpts = list_checkpoints(opt_.model_dir);
-    ATTN_CHECK(!ckpts.empty(), IOError, "--resume: model directory '", opt_.model_dir,
-               "' has no checkpoint_<step>.safetensors");
-    resume_path = ckpts.back().second;
-    meta = load_safetensors(resume_path).metadata();
-    check_vocab_metadata(meta, vocab_, resume_path);
-    restore_options(opt_, meta, resume_path);
+    resume_newest_loadable(options);
+  } else {
+    build(make_config(opt_, vocab_.size()));
+    order_ = train_batches_->epoch_order(opt_.seed, epoch_);
   }
+}
+
+void Trainer::resume_newest_loadable(const TrainOptions& given) {
+  vocab_.check_directory(opt_.model_dir);
+  const auto ckpts = list_checkpoints(opt_.model_dir);
+  ATTN_CHECK(!ckpts.empty(), IOError, "--resume: model directory '", opt_.model_dir,
+             "' has no checkpoint_<step>.safetensors (train without --resume to start afresh)");
+  // A checkpoint that does not load (corrupt, truncated, tampered) is skipped for the next older
+  // one; each attempt starts from the given options and builds everything anew.
+  std::string reasons;
+  for (auto it = ckpts.rbegin(); it != ckpts.rend(); ++it) {
+    try {
+      opt_ = given;
+      resume_from(it->second);
+      resumed_from_ = it->second;
+      if (!skipped_checkpoints_.empty() && !opt_.quiet)
+        std::cerr << "resume: skipped " << reasons << "; resuming from " << it->second << '\n';
+      return;
+    } catch (const Error& e) {
+      skipped_checkpoints_.push_back(it->second + " (" + e.what() + ")");
+      reasons += (reasons.empty() ? "" : "; ") + skipped_checkpoints_.back();
+    }
+  }
+  throw FormatError(
+      detail::concat("--resume: no checkpoint of '", opt_.model_dir, "' loads: ", reasons));
+}
+
+void Trainer::resume_from(const std::string& path) {
+  const SafetensorsFile file = load_safetensors(path);
+  const auto& meta = file.metadata();
+  check_vocab_metadata(meta, vocab_, path);
+  restore_options(opt_, meta, path);
+  build(config_from_model_file(file));
+  // Everything the metadata holds is checked before the weights are loaded.
+  const DataPosition position =
+      restore_data_position(meta, path, train_batches_->batches().size());
+  auto it = meta.find("curves");
+  curves_ = it != meta.end() ? decode_curves(it->second, path) : std::vector<CurvePoint>{};
+  load_training_checkpoint(path, model_->parameters(), *adam_, model_->random_state());
+  check_finite_parameters(model_->parameters(), path);
+  epoch_ = position.epoch;
+  batch_index_ = position.batch;
+  order_ = train_batches_->epoch_order(opt_.seed, epoch_);
+}
+
+void Trainer::build(const TransformerConfig& config) {
   ATTN_CHECK(opt_.tokens_per_update >= 0, ConfigError, "--tokens-per-update must be >= 0, got ",
              opt_.tokens_per_update);
   ATTN_CHECK(std::isfinite(opt_.clip_norm) && opt_.clip_norm >= 0, ConfigError,
@@ -207,25 +185,17 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data)
   if (train_batches_->skipped() > 0 && !opt_.quiet)
     std::cerr << "train: left out " << train_batches_->skipped() << " of " << data_.train.size()
               << " training pairs longer than max_len " << opt_.max_len << " subword tokens\n";
+  valid_batches_.reset();
+  valid_src_ids_.clear();
   if (!data_.valid.empty()) {
     valid_batches_ = std::make_unique<Batcher>(tokenize_pairs(vocab_, data_.valid), b);
     std::size_t n = data_.valid.size();
     if (opt_.bleu_sentences > 0) n = std::min<std::size_t>(n, opt_.bleu_sentences);
     for (std::size_t i = 0; i < n; ++i) valid_src_ids_.push_back(vocab_.encode(data_.valid.src[i]));
   }
-  const TransformerConfig config =
-      opt_.resume ? TransformerConfig::from_metadata(meta) : make_config(opt_, vocab_.size());
   model_ = std::make_unique<Transformer<float>>(config);
   adam_ = std::make_unique<Adam<float>>(model_->parameters());
   loss_ = std::make_unique<LabelSmoothedCrossEntropy<float>>(opt_.label_smoothing, config.pad_id);
-  if (opt_.resume) {
-    load_training_checkpoint(resume_path, model_->parameters(), *adam_, model_->random_state());
-    epoch_ = std::stoull(meta_get(meta, "data.epoch", resume_path));
-    batch_index_ = std::stoull(meta_get(meta, "data.batch", resume_path));
-    auto it = meta.find("curves");
-    if (it != meta.end()) curves_ = decode_curves(it->second);
-  }
-  order_ = train_batches_->epoch_order(opt_.seed, epoch_);
 }
 
 Trainer::~Trainer() = default;
@@ -318,13 +288,14 @@ BleuScore Trainer::test_bleu(std::vector<std::string>* hyps) {
 
 std::string Trainer::save_checkpoint() {
   auto meta = metadata();
-  meta["data.epoch"] = std::to_string(epoch_);
-  meta["data.batch"] = std::to_string(batch_index_);
+  store_data_position({epoch_, batch_index_}, meta);
   meta["curves"] = encode_curves(curves_);
   const std::string path =
       (fs::path(opt_.model_dir) / ("checkpoint_" + std::to_string(step()) + ".safetensors"))
           .string();
-  save_training_checkpoint(path, model_->parameters(), *adam_, model_->random_state(), meta);
+  const AtomicWriteResult written =
+      save_training_checkpoint(path, model_->parameters(), *adam_, model_->random_state(), meta);
+  if (!written.warning.empty()) std::cerr << "train: warning: " << written.warning << '\n';
   const auto ckpts = list_checkpoints(opt_.model_dir);
   const std::size_t keep = static_cast<std::size_t>(std::max(opt_.keep, 1));
   for (std::size_t i = 0; i + keep < ckpts.size(); ++i) fs::remove(ckpts[i].second);
@@ -341,6 +312,12 @@ void Trainer::train(Index max_updates) {
   auto window_start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   for (;;) {
+    if (stop_requested() != 0) {  // between updates: the last one is complete
+      const auto ckpts = list_checkpoints(opt_.model_dir);
+      if (ckpts.empty() || ckpts.back().first != step()) save_checkpoint();
+      interrupted_ = true;
+      break;
+    }
     if (opt_.steps > 0 && step() >= opt_.steps) break;
     if (max_updates > 0 && step() - first >= max_updates) break;
     if (opt_.minutes > 0 && elapsed() >= opt_.minutes * 60) break;

@@ -19,6 +19,7 @@
 #include "bleu.hpp"
 #include "bpe.hpp"
 #include "corpus_io.hpp"
+#include "model_dir.hpp"
 
 namespace attn::translate {
 
@@ -54,10 +55,11 @@ struct TrainOptions {
   Index log_every = 100;       ///< progress lines when stderr is not a terminal
   bool quiet = false;          ///< no progress output (tests)
 
-  /// f(metadata key, field, required) for the options that change what training computes: the
-  /// one list that every checkpoint stores and --resume restores, so that a resumed run continues
-  /// exactly as the interrupted one would have. `required` is false for options added after
-  /// checkpoints existed (absent: the value they were trained with, the field's default off).
+  /// f(metadata key, field, required, lo, hi) for the options that change what training
+  /// computes: the one list that every checkpoint stores and --resume restores (refusing a value
+  /// outside [lo, hi]), so that a resumed run continues exactly as the interrupted one would have.
+  /// `required` is false for options added after checkpoints existed (absent: the value they were
+  /// trained with, the field's default off).
   template <class F>
   void visit_saved(F&& f) {
     visit_saved_fields(*this, f);
@@ -70,14 +72,17 @@ struct TrainOptions {
  private:
   template <class Self, class F>
   static void visit_saved_fields(Self& o, F& f) {
-    f("train.label_smoothing", o.label_smoothing, true);
-    f("train.warmup", o.warmup, true);
-    f("train.lr_factor", o.lr_factor, true);
-    f("train.clip_norm", o.clip_norm, false);
-    f("train.max_tokens", o.max_tokens, true);
-    f("train.tokens_per_update", o.tokens_per_update, true);
-    f("train.seed", o.seed, true);
-    f("translate.max_len", o.max_len, true);  // kMaxLenKey: the translator reads it too
+    constexpr Index kMaxIndex = std::numeric_limits<Index>::max();
+    constexpr double kHuge = std::numeric_limits<double>::max();
+    f("train.label_smoothing", o.label_smoothing, true, 0.0, 0.999999);
+    f("train.warmup", o.warmup, true, Index(1), kMaxIndex);
+    f("train.lr_factor", o.lr_factor, true, 0.0, kHuge);
+    f("train.clip_norm", o.clip_norm, false, 0.0, kHuge);
+    f("train.max_tokens", o.max_tokens, true, Index(1), Index(1) << 40);
+    f("train.tokens_per_update", o.tokens_per_update, true, Index(0), Index(1) << 40);
+    f("train.seed", o.seed, true, std::uint64_t(0), std::numeric_limits<std::uint64_t>::max());
+    // kMaxLenKey: the translator reads it too; kMaxTranslateLength (translator.hpp) bounds it.
+    f("translate.max_len", o.max_len, true, Index(1), Index(1) << 16);
   }
 };
 
@@ -95,8 +100,11 @@ class Trainer {
   Trainer(const TrainOptions& options, CorpusSplit data);
   ~Trainer();
 
-  /// Runs updates until options.steps or options.minutes (or `max_updates` more, if > 0).
+  /// Runs updates until options.steps or options.minutes (or `max_updates` more, if > 0), or
+  /// until stop_requested() (SIGINT/SIGTERM): then the update in progress finishes, a checkpoint
+  /// is written and interrupted() is true.
   void train(Index max_updates = 0);
+  bool interrupted() const { return interrupted_; }
   /// Writes checkpoint_<step>.safetensors and drops all but the last `keep`.
   std::string save_checkpoint();
   /// The final checkpoint, model.safetensors (averaged or not), curves and attention plots.
@@ -122,10 +130,14 @@ class Trainer {
   std::size_t skipped_pairs() const;
   /// The global gradient norm of the last update, before clipping (NaN before the first).
   double last_grad_norm() const { return last_grad_norm_; }
+  /// With --resume: the checkpoint resumed from, and each newer one skipped with the reason.
+  const std::string& resumed_from() const { return resumed_from_; }
+  const std::vector<std::string>& skipped_checkpoints() const { return skipped_checkpoints_; }
 
  private:
-  void build_model();
-  void resume_from(const std::string& path);
+  void build(const TransformerConfig& config);  // batchers, model, Adam, loss from opt_
+  void resume_from(const std::string& path);      // build() from a checkpoint, then load it
+  void resume_newest_loadable(const TrainOptions& given);
   std::map<std::string, std::string> metadata() const;
   const Batch& next_batch();
   double update();        // one optimiser step; returns its mean smoothed loss
@@ -135,6 +147,7 @@ class Trainer {
 
   TrainOptions opt_;
   CorpusSplit data_;
+  std::unique_ptr<ModelDirLock> lock_;  // held from before the first write to the directory
   SubwordVocab vocab_;
   std::unique_ptr<Transformer<float>> model_;
   std::unique_ptr<Adam<float>> adam_;
@@ -148,6 +161,9 @@ class Trainer {
   Tensor<float> dlogits_;
   Index train_tokens_ = 0;  // target tokens since the last progress point, for tokens/s
   double last_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
+  bool interrupted_ = false;
+  std::string resumed_from_;
+  std::vector<std::string> skipped_checkpoints_;
 };
 
 /// Builds a TransformerConfig from the preset name and overrides; ConfigError for an unknown

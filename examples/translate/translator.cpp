@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include <attn/train/averaging.hpp>
+#include <attn/strict_number.hpp>
 #include <attn/train/checkpoint.hpp>
+#include <attn/train/model_file.hpp>
 
 #include "corpus_io.hpp"
 
@@ -26,8 +29,10 @@ std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::st
       continue;
     const std::string digits =
         name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    out.emplace_back(std::stoll(digits), entry.path().string());
+    // Not a checkpoint this program wrote (steps are Index values): ignored, like any other file.
+    const std::optional<std::int64_t> step = parse_number<std::int64_t>(digits);
+    if (!step || *step < 0) continue;
+    out.emplace_back(*step, entry.path().string());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -92,6 +97,7 @@ std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
   dec.beam_size = options.beam;
   dec.length_penalty = options.alpha;
   dec.max_extra_length = options.max_extra_length;
+  dec.validate(model.config().tgt_vocab);  // before any work, and also when every line is empty
   const TokenId pad = model.config().pad_id;
   for (std::size_t begin = 0; begin < order.size();
        begin += static_cast<std::size_t>(options.batch_size)) {
@@ -114,17 +120,13 @@ std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
 
 namespace {
 
-Index parse_index(const std::map<std::string, std::string>& m, const char* key,
-                  const std::string& file) {
-  auto it = m.find(key);
-  ATTN_CHECK(it != m.end(), FormatError, file, " lacks metadata ", key);
-  try {
-    return static_cast<Index>(std::stoll(it->second));
-  } catch (const std::exception&) {
-    ATTN_CHECK(false, FormatError, file, " metadata ", key, " = '", it->second,
-               "' is not an integer");
-  }
-  return 0;
+Index parse_max_len(const std::map<std::string, std::string>& m, const std::string& file) {
+  auto it = m.find(kMaxLenKey);
+  ATTN_CHECK(it != m.end(), FormatError, file, " lacks metadata ", kMaxLenKey);
+  const Index v = parse_number_or_throw<Index>(it->second, file, std::string("metadata ") + kMaxLenKey);
+  ATTN_CHECK(v >= 1 && v <= kMaxTranslateLength, FormatError, file, ": metadata ", kMaxLenKey,
+             " = ", v, " is outside [1, ", kMaxTranslateLength, "]");
+  return v;
 }
 
 }  // namespace
@@ -132,11 +134,14 @@ Index parse_index(const std::map<std::string, std::string>& m, const char* key,
 Translator::Translator(const std::string& dir) : vocab_(SubwordVocab::load(dir)) {
   vocab_.check_directory(dir);
   const std::string file = model_file(dir);
-  const auto meta = load_safetensors(file).metadata();
+  const SafetensorsFile weights = load_safetensors(file);
+  const auto& meta = weights.metadata();
   check_vocab_metadata(meta, vocab_, file);
-  model_ = std::make_unique<Transformer<float>>(TransformerConfig::from_metadata(meta));
-  load_model(file, *model_, LoadOptions{kTrainingStatePrefixes});
-  max_len_ = parse_index(meta, kMaxLenKey, file);
+  // Every value of the metadata is checked before the model it describes is built.
+  max_len_ = parse_max_len(meta, file);
+  model_ = std::make_unique<Transformer<float>>(config_from_model_file(weights));
+  load_model(weights, model_->parameters(), LoadOptions{kTrainingStatePrefixes});
+  check_finite_parameters(model_->parameters(), file);
   model_->eval();
 }
 
@@ -176,8 +181,9 @@ BleuScore Translator::evaluate(const std::vector<std::string>& src,
 
 void average_files(const std::vector<std::string>& inputs, const std::string& output) {
   ATTN_CHECK(!inputs.empty(), ConfigError, "average: no input checkpoints given");
-  auto meta = load_safetensors(inputs.front()).metadata();
-  Transformer<float> model(TransformerConfig::from_metadata(meta));
+  const SafetensorsFile first = load_safetensors(inputs.front());
+  auto meta = first.metadata();
+  Transformer<float> model(config_from_model_file(first));
   average_checkpoints(inputs, model.parameters(), LoadOptions{kTrainingStatePrefixes});
   // Drop the training state keys (step, RNG, data position) that describe a single checkpoint.
   std::map<std::string, std::string> keep;

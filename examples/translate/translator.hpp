@@ -23,6 +23,8 @@ namespace attn::translate {
 
 /// Metadata keys besides the model's "config.*" that the trainer writes into every file.
 inline constexpr const char* kMaxLenKey = "translate.max_len";
+/// The largest translate.max_len a model file may declare (subword tokens per sentence).
+inline constexpr Index kMaxTranslateLength = Index(1) << 16;
 inline constexpr const char* kVocabSizeKey = "vocab.size";
 inline constexpr const char* kVocabHashKey = "vocab.hash";
 

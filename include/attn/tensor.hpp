@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -33,7 +34,8 @@ using Index = std::int64_t;
 /// Token ids, as the embedding and the loss take them (Tensor<TokenId>).
 using TokenId = std::int32_t;
 
-/// The shape of a tensor: up to kMaxRank extents, each >= 0.
+/// The shape of a tensor: up to kMaxRank extents, each >= 0, whose product fits in Index even
+/// ignoring zero extents (so numel() never overflows, whatever the order of the extents).
 class Shape {
  public:
   static constexpr int kMaxRank = 6;
@@ -75,9 +77,15 @@ class Shape {
     ATTN_CHECK(n <= kMaxRank, ShapeError, "tensor rank must be at most ", kMaxRank, ", got ", n);
     rank_ = static_cast<int>(n);
     int i = 0;
+    Index product = 1;  // of the non-zero extents
     for (It it = first; it != last; ++it, ++i) {
       ATTN_CHECK(*it >= 0, ShapeError, "tensor extents must be >= 0, got ", *it, " on axis ", i);
       dims_[static_cast<std::size_t>(i)] = *it;
+      if (*it != 0 && __builtin_mul_overflow(product, *it, &product)) {
+        std::string dims;
+        for (It d = first; d != last; ++d) dims += (d == first ? "" : ", ") + std::to_string(*d);
+        throw ShapeError("tensor shape [" + dims + "] has more elements than an Index can count");
+      }
     }
   }
 
@@ -93,6 +101,10 @@ inline constexpr std::size_t kAlignment = 64;
 template <class T>
 struct Storage {
   explicit Storage(Index n) : capacity(n) {
+    ATTN_CHECK(n >= 0 && static_cast<std::uint64_t>(n) <=
+                             (std::numeric_limits<std::size_t>::max() - kAlignment) / sizeof(T),
+               ShapeError, "a tensor of ", n, " elements of ", sizeof(T),
+               " bytes is too large to allocate");
     const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
     const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
     if (rounded > 0) {

@@ -12,6 +12,11 @@
 namespace attn {
 
 struct DecodeOptions {
+  /// Upper bounds, so that lengths and beam rows never overflow and the key/value caches stay a
+  /// size that can be allocated: the paper decodes with +50 tokens and 4 beams.
+  static constexpr Index kMaxExtraLength = 4096;
+  static constexpr Index kMaxBeamSize = 256;
+
   TokenId bos = 2;              // first decoder input
   TokenId eos = 3;              // ends a hypothesis (not part of the returned tokens)
   Index max_extra_length = 50;  // output length limit = source length + 50 (the paper, 6.1)
@@ -21,9 +26,11 @@ struct DecodeOptions {
   void validate(Index vocab) const {
     ATTN_CHECK(bos >= 0 && bos < vocab && eos >= 0 && eos < vocab, ConfigError, "decode: bos (",
                bos, ") and eos (", eos, ") must be in the vocabulary [0, ", vocab, ")");
-    ATTN_CHECK(max_extra_length >= 0, ConfigError, "decode: max_extra_length must be >= 0, got ",
+    ATTN_CHECK(max_extra_length >= 0 && max_extra_length <= kMaxExtraLength, ConfigError,
+               "decode: max_extra_length must be in [0, ", kMaxExtraLength, "], got ",
                max_extra_length);
-    ATTN_CHECK(beam_size >= 1, ConfigError, "decode: beam_size must be >= 1, got ", beam_size);
+    ATTN_CHECK(beam_size >= 1 && beam_size <= kMaxBeamSize, ConfigError,
+               "decode: beam_size must be in [1, ", kMaxBeamSize, "], got ", beam_size);
     ATTN_CHECK(length_penalty >= 0, ConfigError, "decode: length_penalty must be >= 0, got ",
                length_penalty);
   }

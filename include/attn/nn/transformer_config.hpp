@@ -14,8 +14,10 @@
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "attn/nn/layer_options.hpp"
+#include "attn/strict_number.hpp"
 
 namespace attn {
 
@@ -89,10 +91,8 @@ struct TransformerConfig : LayerOptions, FieldList<TransformerConfig> {
       if (!stored(name)) return;
       auto it = m.find(std::string("config.") + name);
       ATTN_CHECK(it != m.end(), FormatError, "checkpoint metadata lacks config.", name);
-      std::istringstream s(it->second);
-      s >> v;
-      ATTN_CHECK(!s.fail() && s.eof(), FormatError, "checkpoint metadata config.", name, " = '",
-                 it->second, "' is not a valid value");
+      v = parse_number_or_throw<std::decay_t<decltype(v)>>(it->second, "checkpoint metadata",
+                                                           it->first);
     });
     c.validate();
     return c;

@@ -11,15 +11,16 @@
 //   metadata of the caller                            e.g. "config" holding the model's JSON
 #pragma once
 
-#include <cerrno>
-#include <cstdlib>
+#include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "attn/nn/module.hpp"
 #include "attn/random.hpp"
+#include "attn/strict_number.hpp"
 #include "attn/train/adam.hpp"
 #include "attn/train/safetensors.hpp"
 
@@ -83,18 +84,18 @@ void validate_model_tensors(const SafetensorsFile& file,
   }
 }
 
-inline std::uint64_t parse_u64(const SafetensorsFile& file, const std::string& key) {
+/// Metadata `key` of a training checkpoint as an integer of [0, max]; FormatError naming the file
+/// and the key otherwise.
+inline std::uint64_t parse_u64(const SafetensorsFile& file, const std::string& key,
+                               std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
   auto it = file.metadata().find(key);
   ATTN_CHECK(it != file.metadata().end(), FormatError, "checkpoint ", file.path(),
              " has no metadata \"", key, "\" (not a training checkpoint?)");
-  const std::string& s = it->second;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  ATTN_CHECK(!s.empty() && s[0] >= '0' && s[0] <= '9' && errno == 0 && *end == '\0', FormatError,
-             "checkpoint ", file.path(), ": metadata \"", key,
-             "\" must be a non-negative decimal integer, got \"", s, "\"");
-  return v;
+  const std::optional<std::uint64_t> v = parse_number<std::uint64_t>(it->second);
+  ATTN_CHECK(v && *v <= max, FormatError, "checkpoint ", file.path(), ": metadata \"", key,
+             "\" must be a non-negative decimal integer, got \"", it->second, "\" (at most ", max,
+             ")");
+  return *v;
 }
 
 }  // namespace detail
@@ -117,13 +118,18 @@ void save_model(const std::string& path, const Module<T>& model,
 /// same dtype and shape and no other tensor (unless `opt` allows it); FormatError names the
 /// tensor otherwise, and nothing is modified. Returns the file's metadata.
 template <class T>
-std::map<std::string, std::string> load_model(const std::string& path,
+std::map<std::string, std::string> load_model(const SafetensorsFile& file,
                                               const std::vector<NamedParameter<T>>& params,
                                               const LoadOptions& opt = {}) {
-  const SafetensorsFile file = load_safetensors(path);
   detail::validate_model_tensors(file, params, opt);
   for (auto p : params) detail::copy_checkpoint_tensor(file, p.name, p.value);
   return file.metadata();
+}
+template <class T>
+std::map<std::string, std::string> load_model(const std::string& path,
+                                              const std::vector<NamedParameter<T>>& params,
+                                              const LoadOptions& opt = {}) {
+  return load_model(load_safetensors(path), params, opt);
 }
 template <class T>
 std::map<std::string, std::string> load_model(const std::string& path, Module<T>& model,
@@ -142,10 +148,11 @@ struct TrainingCheckpoint {
 /// `metadata` (whose keys must not be "step", "rng_seed" or "rng_counter") and `extra` tensors
 /// (stored as "extra.<name>"), atomically.
 template <class T>
-void save_training_checkpoint(const std::string& path, const std::vector<NamedParameter<T>>& params,
-                              const Adam<T>& adam, const RandomState& rng,
-                              const std::map<std::string, std::string>& metadata = {},
-                              const std::vector<TensorEntry>& extra = {}) {
+AtomicWriteResult save_training_checkpoint(const std::string& path,
+                                           const std::vector<NamedParameter<T>>& params,
+                                           const Adam<T>& adam, const RandomState& rng,
+                                           const std::map<std::string, std::string>& metadata = {},
+                                           const std::vector<TensorEntry>& extra = {}) {
   std::map<std::string, std::string> meta = metadata;
   for (const char* key : {"step", "rng_seed", "rng_counter"})
     ATTN_CHECK(!meta.count(key), ConfigError, "save_training_checkpoint: metadata key \"", key,
@@ -160,7 +167,7 @@ void save_training_checkpoint(const std::string& path, const std::vector<NamedPa
     e.name = "extra." + e.name;
     entries.push_back(std::move(e));
   }
-  save_safetensors(path, entries, meta);
+  return save_safetensors(path, entries, meta);
 }
 
 /// Restores what save_training_checkpoint wrote: parameter values, Adam's moments and step
@@ -170,10 +177,13 @@ template <class T>
 TrainingCheckpoint load_training_checkpoint(const std::string& path,
                                             const std::vector<NamedParameter<T>>& params,
                                             Adam<T>& adam, RandomState& rng) {
+  // Everything is read and checked before anything is modified: a bad file leaves the
+  // parameters, Adam and `rng` as they were.
   TrainingCheckpoint out;
   out.file = load_safetensors(path);
   const SafetensorsFile& file = out.file;
-  const Index steps = static_cast<Index>(detail::parse_u64(file, "step"));
+  const auto steps = static_cast<Index>(detail::parse_u64(
+      file, "step", static_cast<std::uint64_t>(std::numeric_limits<Index>::max())));
   const std::uint64_t seed = detail::parse_u64(file, "rng_seed");
   const std::uint64_t counter = detail::parse_u64(file, "rng_counter");
   std::unordered_set<std::string> known;
@@ -182,10 +192,10 @@ TrainingCheckpoint load_training_checkpoint(const std::string& path,
     known.insert("adam." + s.name);
   }
   detail::validate_model_tensors(file, params, LoadOptions{{"extra."}, false}, known);
-  for (auto p : params) detail::copy_checkpoint_tensor(file, p.name, p.value);
   std::vector<NamedTensor<T>> state;
   for (const auto& s : adam.state()) state.push_back({s.name, file.tensor<T>("adam." + s.name)});
-  adam.load_state(state, steps);
+  adam.load_state(state, steps);  // checks the state before it changes Adam
+  for (auto p : params) detail::copy_checkpoint_tensor(file, p.name, p.value);
   rng.seed = seed;
   rng.counter = counter;
   out.step = steps;

@@ -15,6 +15,7 @@
 //   the rest       the data buffer: every tensor's raw little-endian bytes, row-major, at
 //                  [begin, end) relative to the start of the buffer. The tensors tile the buffer
 //                  exactly: no gaps, no overlaps, nothing after the last one.
+// The header is read in linear time by safetensors_header.hpp; atomic_file.hpp does the writing.
 // load_safetensors checks all of that and throws FormatError saying what is wrong; a file that
 // cannot be opened or read is an IOError naming the path. save_safetensors writes atomically:
 // either the target afterwards holds the complete new file, or it is untouched.
@@ -38,77 +39,15 @@
 #include <vector>
 
 #include "attn/tensor.hpp"
+#include "attn/train/atomic_file.hpp"
+#include "attn/train/safetensors_header.hpp"
+#include "attn/train/safetensors_types.hpp"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "attn/train/safetensors.hpp copies raw bytes and supports little-endian hosts only"
 #endif
 
 namespace attn {
-
-/// Element types of the safetensors format.
-enum class Dtype {
-  BOOL,
-  U8,
-  I8,
-  F8_E5M2,
-  F8_E4M3,
-  I16,
-  U16,
-  F16,
-  BF16,
-  I32,
-  U32,
-  F32,
-  F64,
-  I64,
-  U64
-};
-
-namespace detail {
-struct DtypeInfo {
-  Dtype dtype;
-  const char* name;
-  std::size_t size;
-};
-inline const std::vector<DtypeInfo>& dtype_table() {
-  static const std::vector<DtypeInfo> table = {
-      {Dtype::BOOL, "BOOL", 1},       {Dtype::U8, "U8", 1},           {Dtype::I8, "I8", 1},
-      {Dtype::F8_E5M2, "F8_E5M2", 1}, {Dtype::F8_E4M3, "F8_E4M3", 1}, {Dtype::I16, "I16", 2},
-      {Dtype::U16, "U16", 2},         {Dtype::F16, "F16", 2},         {Dtype::BF16, "BF16", 2},
-      {Dtype::I32, "I32", 4},         {Dtype::U32, "U32", 4},         {Dtype::F32, "F32", 4},
-      {Dtype::F64, "F64", 8},         {Dtype::I64, "I64", 8},         {Dtype::U64, "U64", 8}};
-  return table;
-}
-}  // namespace detail
-
-inline const char* dtype_name(Dtype d) {
-  for (const auto& e : detail::dtype_table())
-    if (e.dtype == d) return e.name;
-  return "?";
-}
-inline std::size_t dtype_size(Dtype d) {
-  for (const auto& e : detail::dtype_table())
-    if (e.dtype == d) return e.size;
-  return 0;
-}
-inline std::ostream& operator<<(std::ostream& os, Dtype d) { return os << dtype_name(d); }
-
-/// The safetensors dtype of a C++ scalar: float F32, double F64, int32 I32, int64 I64, uint8 U8.
-template <class T>
-constexpr Dtype dtype_of() {
-  if constexpr (std::is_same_v<T, float>)
-    return Dtype::F32;
-  else if constexpr (std::is_same_v<T, double>)
-    return Dtype::F64;
-  else if constexpr (std::is_same_v<T, std::int32_t>)
-    return Dtype::I32;
-  else if constexpr (std::is_same_v<T, std::int64_t>)
-    return Dtype::I64;
-  else if constexpr (std::is_same_v<T, std::uint8_t>)
-    return Dtype::U8;
-  else
-    static_assert(sizeof(T) == 0, "no safetensors dtype for this scalar type");
-}
 
 /// One tensor to write: a view of `nbytes` raw bytes at `data`, kept alive by `owner`.
 struct TensorEntry {
@@ -137,19 +76,6 @@ inline TensorEntry bytes_entry(std::string name, Dtype dtype, std::vector<Index>
                                std::vector<unsigned char> bytes) {
   auto keep = std::make_shared<std::vector<unsigned char>>(std::move(bytes));
   return {std::move(name), dtype, std::move(shape), keep->data(), keep->size(), keep};
-}
-
-/// Where a tensor lives in a loaded file.
-struct TensorInfo {
-  Dtype dtype;
-  std::vector<Index> shape;
-  std::size_t begin, end;  // byte offsets in the data buffer
-};
-
-inline std::string shape_str(const std::vector<Index>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 /// A validated safetensors file held in memory.
@@ -198,62 +124,14 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-namespace detail {
-
-/// Headers longer than this are refused as corrupt (the reference reader's limit).
-inline constexpr std::uint64_t kMaxSafetensorsHeader = 100'000'000;
-
-/// Headers nesting JSON deeper than this are refused before the nesting is built: a valid one
-/// nests 3 levels, and nlohmann's ordered_json copies (and dumps) nested values recursively, so a
-/// header of a few hundred kilobytes of '[' would otherwise overflow the stack.
-inline constexpr int kMaxSafetensorsJsonDepth = 64;
-
-/// Test hook: a write of the file body fails (ENOSPC) once this many bytes have been written.
-inline std::size_t& safetensors_fail_after_bytes() {
-  static std::size_t limit = std::numeric_limits<std::size_t>::max();
-  return limit;
-}
-
-inline std::string errno_text(int err) { return std::strerror(err); }
-
-/// Writes all of [data, data + n), retrying short writes; false with errno set on failure.
-inline bool write_all(int fd, const void* data, std::size_t n, std::size_t& written) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  while (n > 0) {
-    std::size_t chunk = std::min<std::size_t>(n, 1 << 24);
-    const std::size_t limit = safetensors_fail_after_bytes();
-    if (written >= limit) {
-      errno = ENOSPC;
-      return false;
-    }
-    chunk = std::min(chunk, limit - written);
-    const ssize_t k = ::write(fd, p, chunk);
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += k;
-    n -= static_cast<std::size_t>(k);
-    written += static_cast<std::size_t>(k);
-  }
-  return true;
-}
-
-inline std::string parent_directory(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-}  // namespace detail
-
-/// Writes `tensors` (in the given order) and `metadata` to `path` atomically: into
-/// "<path>.tmp.<pid>" in the same directory, fsync, rename over `path`, fsync the directory. On
-/// any failure the temporary file is removed, `path` is left as it was, and IOError is thrown.
+/// Writes `tensors` (in the given order) and `metadata` to `path` atomically (write_file_atomically:
+/// on any failure the temporary file is removed, `path` is left as it was, and IOError is thrown;
+/// the result's warning says when the directory entry could not be made durable).
 /// Names must be unique, non-empty and not "__metadata__"; each entry's byte count must match its
 /// dtype and shape (ConfigError / ShapeError otherwise, before anything is written).
-inline void save_safetensors(const std::string& path, const std::vector<TensorEntry>& tensors,
-                             const std::map<std::string, std::string>& metadata = {}) {
+inline AtomicWriteResult save_safetensors(const std::string& path,
+                                          const std::vector<TensorEntry>& tensors,
+                                          const std::map<std::string, std::string>& metadata = {}) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
@@ -289,37 +167,59 @@ inline void save_safetensors(const std::string& path, const std::vector<TensorEn
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ATTN_CHECK(fd >= 0, IOError, "cannot create ", tmp, " to write ", path, ": ",
-             detail::errno_text(errno));
-  auto fail = [&](const char* what, int err, bool close_fd) {
-    if (close_fd) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw IOError(
-        detail::concat("cannot ", what, " ", path, " (via ", tmp, "): ", detail::errno_text(err)));
-  };
-  std::size_t written = 0;
-  if (!detail::write_all(fd, len, 8, written) ||
-      !detail::write_all(fd, text.data(), text.size(), written))
-    fail("write", errno, true);
-  for (const auto& t : tensors)
-    if (!detail::write_all(fd, t.data, t.nbytes, written)) fail("write", errno, true);
-  if (::fsync(fd) != 0) fail("fsync", errno, true);
-  if (::close(fd) != 0) fail("close", errno, false);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename into", errno, false);
-  // The rename is durable only once the directory entry is; some filesystems cannot fsync a
-  // directory (EINVAL), which is no reason to fail a save that is already complete.
-  const std::string dir = detail::parent_directory(path);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    const int rc = ::fsync(dfd);
-    const int err = errno;
-    ::close(dfd);
-    ATTN_CHECK(rc == 0 || err == EINVAL, IOError, "cannot fsync directory ", dir, " after writing ",
-               path, ": ", detail::errno_text(err));
-  }
+  return write_file_atomically(path, [&](int fd, std::size_t& written) {
+    if (!detail::write_all(fd, len, 8, written) ||
+        !detail::write_all(fd, text.data(), text.size(), written))
+      return false;
+    for (const auto& t : tensors)
+      if (!detail::write_all(fd, t.data, t.nbytes, written)) return false;
+    return true;
+  });
 }
+
+namespace detail {
+
+/// The TensorInfo of a header entry after checking its dtype, shape and offsets against a data
+/// buffer of `data_size` bytes; FormatError naming the tensor otherwise.
+inline TensorInfo checked_tensor_info(const RawTensorEntry& raw, std::size_t data_size,
+                                      const std::string& path) {
+  const std::string& name = raw.name;
+  TensorInfo ti{};
+  bool known = false;
+  for (const auto& e : dtype_table())
+    if (raw.dtype == e.name) ti.dtype = e.dtype, known = true;
+  ATTN_CHECK(known, FormatError, path, ": tensor ", name, ": unknown dtype \"", raw.dtype, "\"");
+  // The product of the non-zero extents must fit even when a zero extent empties the tensor:
+  // Shape::numel multiplies the extents in order, and [2^32, 2^32, 0] would overflow Index.
+  std::size_t numel = 1;
+  bool overflow = false, has_zero = false;
+  for (const std::uint64_t e : raw.shape) {
+    ATTN_CHECK(e <= static_cast<std::uint64_t>(std::numeric_limits<Index>::max()), FormatError,
+               path, ": tensor ", name, ": shape extent ", e, " is too large");
+    ti.shape.push_back(static_cast<Index>(e));
+    if (e == 0)
+      has_zero = true;
+    else if (numel > std::numeric_limits<std::size_t>::max() / 8 / e)
+      overflow = true;
+    else
+      numel *= static_cast<std::size_t>(e);
+  }
+  ATTN_CHECK(!overflow, FormatError, path, ": tensor ", name, ": shape ", shape_str(ti.shape),
+             " is too large");
+  if (has_zero) numel = 0;
+  const std::uint64_t b = raw.data_offsets[0], e = raw.data_offsets[1];
+  ATTN_CHECK(b <= e && e <= data_size, FormatError, path, ": tensor ", name, ": data_offsets [", b,
+             ", ", e, "] are out of bounds of the ", data_size, "-byte data buffer");
+  ti.begin = static_cast<std::size_t>(b);
+  ti.end = static_cast<std::size_t>(e);
+  ATTN_CHECK(numel * dtype_size(ti.dtype) == ti.end - ti.begin, FormatError, path, ": tensor ",
+             name, ": dtype ", ti.dtype, " and shape ", shape_str(ti.shape), " need ",
+             numel * dtype_size(ti.dtype), " bytes, but data_offsets [", b, ", ", e, "] hold ",
+             e - b);
+  return ti;
+}
+
+}  // namespace detail
 
 /// Validates `bytes` as the content of a safetensors file and takes them; `path` names the source
 /// in error messages. FormatError if they are not a well-formed safetensors file.
@@ -342,101 +242,19 @@ inline SafetensorsFile parse_safetensors(std::vector<unsigned char> bytes,
   f.data_start_ = 8 + static_cast<std::size_t>(n);
   const std::size_t data_size = size - f.data_start_;
 
-  // ordered_json keeps the file's tensor order for names().
-  using json = nlohmann::ordered_json;
-  json header;
-  std::string duplicate;
-  try {
-    // Duplicate top-level keys would silently keep the last one; the callback sees each key.
-    std::set<std::string> keys;
-    header = json::parse(f.buffer_.begin() + 8,
-                         f.buffer_.begin() + static_cast<std::ptrdiff_t>(f.data_start_),
-                         [&](int depth, json::parse_event_t event, json& parsed) {
-                           ATTN_CHECK(depth < detail::kMaxSafetensorsJsonDepth ||
-                                          (event != json::parse_event_t::object_start &&
-                                           event != json::parse_event_t::array_start),
-                                      FormatError, path, ": header nests JSON more than ",
-                                      detail::kMaxSafetensorsJsonDepth,
-                                      " levels deep (a safetensors header nests 3)");
-                           if (depth == 1 && event == json::parse_event_t::key &&
-                               !keys.insert(parsed.get<std::string>()).second && duplicate.empty())
-                             duplicate = parsed.get<std::string>();
-                           return true;
-                         });
-  } catch (const json::exception& e) {
-    throw FormatError(detail::concat(path, ": header is not valid JSON: ", e.what()));
-  }
-  ATTN_CHECK(duplicate.empty(), FormatError, path, ": tensor name '", duplicate,
-             "' appears twice in the header");
-  ATTN_CHECK(header.is_object(), FormatError, path, ": header is not a JSON object");
-
+  detail::SafetensorsHeader header = detail::parse_safetensors_header(
+      f.buffer_.data() + 8, f.buffer_.data() + f.data_start_, path);
+  f.metadata_ = std::move(header.metadata);
   struct Span {
     std::size_t begin, end;
     const std::string* name;
   };
   std::vector<Span> spans;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    const json& v = it.value();
-    if (name == "__metadata__") {
-      ATTN_CHECK(v.is_object(), FormatError, path, ": __metadata__ must be an object of strings");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        ATTN_CHECK(m.value().is_string(), FormatError, path, ": __metadata__ value of '", m.key(),
-                   "' is not a string");
-        f.metadata_[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    ATTN_CHECK(v.is_object(), FormatError, path, ": tensor ", name, ": entry is not an object");
-    ATTN_CHECK(v.contains("dtype") && v["dtype"].is_string(), FormatError, path, ": tensor ", name,
-               ": missing or non-string \"dtype\"");
-    ATTN_CHECK(v.contains("shape") && v["shape"].is_array(), FormatError, path, ": tensor ", name,
-               ": missing or non-array \"shape\"");
-    ATTN_CHECK(v.contains("data_offsets") && v["data_offsets"].is_array() &&
-                   v["data_offsets"].size() == 2 && v["data_offsets"][0].is_number_unsigned() &&
-                   v["data_offsets"][1].is_number_unsigned(),
-               FormatError, path, ": tensor ", name,
-               ": \"data_offsets\" must be an array of two non-negative integers");
-    TensorInfo ti{};
-    const std::string dt = v["dtype"].get<std::string>();
-    bool known = false;
-    for (const auto& e : detail::dtype_table())
-      if (dt == e.name) ti.dtype = e.dtype, known = true;
-    ATTN_CHECK(known, FormatError, path, ": tensor ", name, ": unknown dtype \"", dt, "\"");
-    // The product of the non-zero extents must fit even when a zero extent empties the tensor:
-    // Shape::numel multiplies the extents in order, and [2^32, 2^32, 0] would overflow Index.
-    std::size_t numel = 1;
-    bool overflow = false, has_zero = false;
-    for (const json& d : v["shape"]) {
-      ATTN_CHECK(d.is_number_unsigned(), FormatError, path, ": tensor ", name,
-                 ": shape entries must be non-negative integers, got ", d.dump());
-      const auto e = d.get<std::uint64_t>();
-      ATTN_CHECK(e <= static_cast<std::uint64_t>(std::numeric_limits<Index>::max()), FormatError,
-                 path, ": tensor ", name, ": shape extent ", e, " is too large");
-      ti.shape.push_back(static_cast<Index>(e));
-      if (e == 0)
-        has_zero = true;
-      else if (numel > std::numeric_limits<std::size_t>::max() / 8 / e)
-        overflow = true;
-      else
-        numel *= static_cast<std::size_t>(e);
-    }
-    ATTN_CHECK(!overflow, FormatError, path, ": tensor ", name, ": shape ", shape_str(ti.shape),
-               " is too large");
-    if (has_zero) numel = 0;
-    const auto b = v["data_offsets"][0].get<std::uint64_t>();
-    const auto e = v["data_offsets"][1].get<std::uint64_t>();
-    ATTN_CHECK(b <= e && e <= data_size, FormatError, path, ": tensor ", name, ": data_offsets [",
-               b, ", ", e, "] are out of bounds of the ", data_size, "-byte data buffer");
-    ti.begin = static_cast<std::size_t>(b);
-    ti.end = static_cast<std::size_t>(e);
-    ATTN_CHECK(numel * dtype_size(ti.dtype) == ti.end - ti.begin, FormatError, path, ": tensor ",
-               name, ": dtype ", ti.dtype, " and shape ", shape_str(ti.shape), " need ",
-               numel * dtype_size(ti.dtype), " bytes, but data_offsets [", b, ", ", e, "] hold ",
-               e - b);
-    f.names_.push_back(name);
-    spans.push_back({ti.begin, ti.end, &f.names_.back()});
-    f.infos_.emplace(name, std::move(ti));
+  for (detail::RawTensorEntry& raw : header.tensors) {
+    TensorInfo ti = detail::checked_tensor_info(raw, data_size, path);
+    f.names_.push_back(std::move(raw.name));
+    spans.push_back({ti.begin, ti.end, nullptr});
+    f.infos_.emplace(f.names_.back(), std::move(ti));
   }
   // names_ may have reallocated: re-point the spans at the final strings.
   for (std::size_t i = 0; i < spans.size(); ++i) spans[i].name = &f.names_[i];

@@ -1,0 +1,131 @@
+#include "train_state.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string_view>
+#include <type_traits>
+
+#include <attn/strict_number.hpp>
+
+#include "translator.hpp"
+
+namespace attn::translate {
+
+namespace {
+
+std::string str(double v) {
+  std::ostringstream o;
+  o.precision(17);
+  o << v;
+  return o.str();
+}
+
+/// Metadata `key` as a T within [lo, hi].
+template <class T>
+T bounded(const Metadata& m, const std::string& key, const std::string& file, T lo, T hi) {
+  const T v = parse_number_or_throw<T>(metadata_value(m, key, file), file, "metadata " + key);
+  ATTN_CHECK(v >= lo && v <= hi, FormatError, file, ": metadata ", key, " = ", v,
+             " is outside [", lo, ", ", hi, "]");
+  return v;
+}
+
+/// One number of a curve item: finite, or NaN where it was not measured.
+double curve_value(std::string_view text, const std::string& file) {
+  double v = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+  ATTN_CHECK(r.ec == std::errc() && r.ptr == text.data() + text.size() && !std::isinf(v),
+             FormatError, file, ": metadata curves: \"", std::string(text),
+             "\" is not a number or nan");
+  return v;
+}
+
+}  // namespace
+
+const std::string& metadata_value(const Metadata& m, const std::string& key,
+                                  const std::string& file) {
+  auto it = m.find(key);
+  ATTN_CHECK(it != m.end(), FormatError, file, " lacks metadata ", key,
+             " (not a checkpoint written by attn-translate train?)");
+  return it->second;
+}
+
+static_assert(std::string_view(kMaxLenKey) == "translate.max_len",
+              "TrainOptions::visit_saved stores max_len under the key the translator reads");
+static_assert(kMaxTranslateLength == Index(1) << 16,
+              "TrainOptions::visit_saved bounds max_len by kMaxTranslateLength");
+
+void store_options(const TrainOptions& o, Metadata& m) {
+  o.visit_saved([&](const char* key, const auto& v, bool, auto, auto) {
+    if constexpr (std::is_floating_point_v<std::decay_t<decltype(v)>>)
+      m[key] = str(v);
+    else
+      m[key] = std::to_string(v);
+  });
+}
+
+void restore_options(TrainOptions& o, const Metadata& m, const std::string& file) {
+  TrainOptions r = o;  // nothing changes unless every value is good
+  r.visit_saved([&](const char* key, auto& v, bool required, auto lo, auto hi) {
+    using V = std::decay_t<decltype(v)>;
+    if (!required && !m.count(key))
+      v = V{};  // a checkpoint from before the option existed: trained with it off
+    else
+      v = bounded<V>(m, key, file, static_cast<V>(lo), static_cast<V>(hi));
+  });
+  o = r;
+}
+
+std::string encode_curves(const std::vector<CurvePoint>& curves) {
+  std::ostringstream o;
+  o.precision(17);  // round-trips a double: a resumed run's curves equal an uninterrupted run's
+  for (const auto& c : curves)
+    o << c.step << ',' << c.train_loss << ',' << c.valid_loss << ',' << c.valid_bleu << ';';
+  return o.str();
+}
+
+std::vector<CurvePoint> decode_curves(const std::string& text, const std::string& file) {
+  std::vector<CurvePoint> out;
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    const std::size_t end = text.find(';', begin);
+    ATTN_CHECK(end != std::string::npos, FormatError, file,
+               ": metadata curves does not end with ';' (truncated?)");
+    const std::string_view item(text.data() + begin, end - begin);
+    std::vector<std::string_view> fields;
+    for (std::size_t from = 0;;) {
+      const std::size_t comma = item.find(',', from);
+      fields.push_back(item.substr(from, comma == std::string_view::npos ? comma : comma - from));
+      if (comma == std::string_view::npos || fields.size() > 4) break;
+      from = comma + 1;
+    }
+    ATTN_CHECK(fields.size() == 4, FormatError, file, ": metadata curves: item \"",
+               std::string(item), "\" is not step,train_loss,valid_loss,valid_bleu");
+    CurvePoint c;
+    c.step = parse_number_or_throw<Index>(fields[0], file, "metadata curves step");
+    ATTN_CHECK(c.step >= 0, FormatError, file, ": metadata curves: negative step ", c.step);
+    c.train_loss = curve_value(fields[1], file);
+    c.valid_loss = curve_value(fields[2], file);
+    c.valid_bleu = curve_value(fields[3], file);
+    out.push_back(c);
+    begin = end + 1;
+  }
+  return out;
+}
+
+void store_data_position(const DataPosition& p, Metadata& m) {
+  m["data.epoch"] = std::to_string(p.epoch);
+  m["data.batch"] = std::to_string(p.batch);
+}
+
+DataPosition restore_data_position(const Metadata& m, const std::string& file,
+                                   std::size_t batches_per_epoch) {
+  DataPosition p;
+  p.epoch = parse_number_or_throw<std::uint64_t>(metadata_value(m, "data.epoch", file), file,
+                                                 "metadata data.epoch");
+  p.batch = bounded<std::size_t>(m, "data.batch", file, 0, batches_per_epoch);
+  return p;
+}
+
+}  // namespace attn::translate

@@ -1,0 +1,44 @@
+// What a training checkpoint of attn-translate stores in its metadata besides the model config:
+// the training options that change the result, the data position and the learning curves. All
+// of it is read back from a file, so every value is parsed strictly (std::from_chars, the whole
+// string, in range) and bounded, and a bad one is a FormatError naming the file and the key.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "trainer.hpp"
+
+namespace attn::translate {
+
+using Metadata = std::map<std::string, std::string>;
+
+/// Writes the options that change what training computes ("train.*", translate.max_len).
+void store_options(const TrainOptions& options, Metadata& m);
+/// Reads them back into `options`; FormatError naming `file` and the key for a missing,
+/// malformed or out-of-range value.
+void restore_options(TrainOptions& options, const Metadata& m, const std::string& file);
+
+/// The curves as "step,train_loss,valid_loss,valid_bleu;" items (17 digits; "nan" where not
+/// measured), and back. FormatError naming `file` for anything else.
+std::string encode_curves(const std::vector<CurvePoint>& curves);
+std::vector<CurvePoint> decode_curves(const std::string& text, const std::string& file);
+
+/// Where in the training data a checkpoint stopped: the epoch and the index into its batch order.
+struct DataPosition {
+  std::uint64_t epoch = 0;
+  std::size_t batch = 0;
+};
+void store_data_position(const DataPosition& position, Metadata& m);
+/// FormatError unless data.epoch and data.batch are integers and batch <= `batches_per_epoch`.
+DataPosition restore_data_position(const Metadata& m, const std::string& file,
+                                   std::size_t batches_per_epoch);
+
+/// Metadata `key` of `file`; FormatError if missing.
+const std::string& metadata_value(const Metadata& m, const std::string& key,
+                                  const std::string& file);
+
+}  // namespace attn::translate

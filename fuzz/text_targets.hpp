@@ -1,0 +1,132 @@
+// Bodies of the fuzz targets for attn-translate's small text readers, shared by the libFuzzer
+// entry points and the replay test:
+//   train_state    a training checkpoint's metadata (options, data position, learning curves),
+//                  given as "key=value" lines
+//   vocab          vocab.txt, the fingerprint of a directory's spm.model
+//   parallel_text  read_lines / read_parallel over plain or gzip files (the first byte chooses:
+//                  even, one file; odd, the rest split in two line-aligned files)
+// attn::Error is the expected refusal; anything else escapes and is a finding.
+#pragma once
+
+#include <attn/error.hpp>
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bpe.hpp"
+#include "corpus_io.hpp"
+#include "train_state.hpp"
+
+namespace attn::fuzz {
+
+enum class TextOutcome { rejected, accepted };
+
+namespace impl {
+
+/// A directory for this process's scratch files, made once.
+inline const std::string& text_scratch_dir() {
+  static const std::string dir = [] {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string d = std::string(tmp && *tmp ? tmp : "/tmp") + "/attn_fuzz_text_XXXXXX";
+    return ::mkdtemp(d.data()) ? d : std::string("/tmp");
+  }();
+  return dir;
+}
+
+inline std::string scratch_file(const std::string& name, const std::string& bytes) {
+  const std::string path = text_scratch_dir() + "/" + name;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  return path;
+}
+
+template <class Fn>
+TextOutcome refused_or_accepted(Fn&& fn) {
+  try {
+    fn();
+    return TextOutcome::accepted;
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error&) {
+    return TextOutcome::rejected;
+  }
+}
+
+}  // namespace impl
+
+inline TextOutcome run_train_state(const std::uint8_t* data, std::size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  translate::Metadata m;
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    std::size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(begin, end - begin);
+    const std::size_t eq = line.find('=');
+    if (eq != std::string::npos) m[line.substr(0, eq)] = line.substr(eq + 1);
+    begin = end + 1;
+  }
+  return impl::refused_or_accepted([&] {
+    translate::TrainOptions o;
+    translate::restore_options(o, m, "fuzz.safetensors");
+    if (m.count("curves")) translate::decode_curves(m.at("curves"), "fuzz.safetensors");
+    translate::restore_data_position(m, "fuzz.safetensors", 1000);
+  });
+}
+
+inline TextOutcome run_vocab(const std::uint8_t* data, std::size_t size) {
+  impl::scratch_file("vocab.txt", std::string(reinterpret_cast<const char*>(data), size));
+  return impl::refused_or_accepted(
+      [&] { translate::read_vocab_fingerprint(impl::text_scratch_dir()); });
+}
+
+inline TextOutcome run_parallel_text(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return TextOutcome::rejected;
+  const std::string rest(reinterpret_cast<const char*>(data) + 1, size - 1);
+  return impl::refused_or_accepted([&] {
+    if (data[0] % 2 == 0) {
+      translate::read_lines(impl::scratch_file("one.txt", rest));
+    } else {
+      const std::string a = impl::scratch_file("src.txt", rest.substr(0, rest.size() / 2));
+      const std::string b = impl::scratch_file("tgt.txt", rest.substr(rest.size() / 2));
+      translate::read_parallel(a, b);
+    }
+  });
+}
+
+/// Seeds, built here: a complete training-state text, vocab.txt as the trainer writes it, and
+/// plain, CRLF, BOM and gzip text (the gzip bytes made by write_lines).
+inline std::vector<std::pair<std::string, std::string>> train_state_seeds() {
+  translate::Metadata m;
+  translate::store_options(translate::TrainOptions{}, m);
+  translate::store_data_position({3, 7}, m);
+  m["curves"] = translate::encode_curves({{100, 4.5, 4.25, 1.5}, {200, 3.5, -0.0, 0.0}});
+  std::string text;
+  for (const auto& [k, v] : m) text += k + "=" + v + "\n";
+  return {{"train_state.txt", text}};
+}
+
+inline std::vector<std::pair<std::string, std::string>> vocab_seeds() {
+  return {{"vocab.txt", "attn-translate-vocab 1\nsize 8000\nhash 9c4f1e0b7d2a6e31\n"}};
+}
+
+inline std::vector<std::pair<std::string, std::string>> parallel_text_seeds() {
+  const std::vector<std::string> lines = {"a small house", "", "zwei W\xc3\xb6rter", "x\r"};
+  const std::string gz = impl::text_scratch_dir() + "/seed.txt.gz";
+  translate::write_lines(gz, lines);
+  std::ifstream in(gz, std::ios::binary);
+  const std::string gz_bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  ::unlink(gz.c_str());
+  return {{"plain.txt", std::string(1, '\0') + "one\ntwo\r\n\xEF\xBB\xBFthree\n"},
+          {"pair.txt", std::string(1, '\1') + "ein\nzwei\none\ntwo\n"},
+          {"gzip.txt", std::string(1, '\0') + gz_bytes}};
+}
+
+}  // namespace attn::fuzz

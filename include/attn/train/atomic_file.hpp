@@ -1,0 +1,149 @@
+// Atomic file replacement: a writer either leaves the complete new file at its path or leaves the
+// old one untouched, whatever happens (a full disk, a crash, SIGKILL). Every file attn or its
+// example CLI writes goes through write_file_atomically.
+//
+// The protocol: create "<path>.tmp.<pid>" in the same directory with O_CREAT|O_EXCL|O_NOFOLLOW
+// (a file or symlink planted under that name is refused, never followed or truncated), write,
+// fsync, close, rename over <path>, then fsync the directory so the rename survives a power loss.
+// Any failure up to and including the rename removes the temporary file and throws IOError; the
+// old file is intact. After the rename the new file is in place, so a failing directory fsync is
+// not reported as a failed write: it is returned as a warning (the write happened, but may not be
+// durable), which the caller can print.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "attn/error.hpp"
+
+namespace attn {
+
+namespace detail {
+
+/// Test hook: a write fails (ENOSPC) once this many bytes have gone into one atomic file.
+inline std::size_t& safetensors_fail_after_bytes() {
+  static std::size_t limit = std::numeric_limits<std::size_t>::max();
+  return limit;
+}
+
+/// Test hook: the directory fsync after the rename fails with this errno (0: no failure).
+inline int& directory_fsync_fails_with() {
+  static int err = 0;
+  return err;
+}
+
+inline std::string errno_text(int err) { return std::strerror(err); }
+
+/// Writes all of [data, data + n), retrying short writes; false with errno set on failure.
+inline bool write_all(int fd, const void* data, std::size_t n, std::size_t& written) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  while (n > 0) {
+    std::size_t chunk = std::min<std::size_t>(n, 1 << 24);
+    const std::size_t limit = safetensors_fail_after_bytes();
+    if (written >= limit) {
+      errno = ENOSPC;
+      return false;
+    }
+    chunk = std::min(chunk, limit - written);
+    const ssize_t k = ::write(fd, p, chunk);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += k;
+    n -= static_cast<std::size_t>(k);
+    written += static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+inline std::string parent_directory(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+/// fsyncs directory `dir`; "" on success (or where directories cannot be fsynced, EINVAL), else
+/// the reason.
+inline std::string sync_directory(const std::string& dir) {
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return "cannot open directory " + dir + ": " + errno_text(errno);
+  int rc = ::fsync(dfd);
+  int err = errno;
+  if (directory_fsync_fails_with() != 0) rc = -1, err = directory_fsync_fails_with();
+  ::close(dfd);
+  if (rc == 0 || err == EINVAL) return {};
+  return "cannot fsync directory " + dir + ": " + errno_text(err);
+}
+
+}  // namespace detail
+
+/// The temporary name write_file_atomically uses for `path` in this process.
+inline std::string atomic_temp_path(const std::string& path) {
+  return path + ".tmp." + std::to_string(::getpid());
+}
+
+/// What write_file_atomically reports besides success: a non-empty `warning` says the new file is
+/// in place but its directory entry could not be made durable (a power loss may revert it).
+struct AtomicWriteResult {
+  std::string warning;
+};
+
+/// Writes `path` atomically; `body(fd, written)` writes the content with detail::write_all and
+/// returns false (errno set) on failure. IOError naming `path` and the step that failed otherwise,
+/// with the old file untouched and no temporary file left.
+inline AtomicWriteResult write_file_atomically(
+    const std::string& path, const std::function<bool(int fd, std::size_t& written)>& body) {
+  const std::string tmp = atomic_temp_path(path);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == EEXIST) {
+    // Our own pid's leftover (a previous process with this pid was killed mid-write). Remove it
+    // only if it is a regular file; a planted symlink or directory is refused below.
+    struct stat st {};
+    if (::lstat(tmp.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::unlink(tmp.c_str()) == 0)
+      fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    else
+      errno = EEXIST;
+  }
+  ATTN_CHECK(fd >= 0, IOError, "cannot create ", tmp, " to write ", path, ": ",
+             detail::errno_text(errno));
+  auto fail = [&](const char* what, int err, bool close_fd) {
+    if (close_fd) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw IOError(
+        detail::concat("cannot ", what, " ", path, " (via ", tmp, "): ", detail::errno_text(err)));
+  };
+  std::size_t written = 0;
+  if (!body(fd, written)) fail("write", errno, true);
+  if (::fsync(fd) != 0) fail("fsync", errno, true);
+  if (::close(fd) != 0) fail("close", errno, false);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename into", errno, false);
+  AtomicWriteResult result;
+  const std::string why = detail::sync_directory(detail::parent_directory(path));
+  if (!why.empty())
+    result.warning = path + " was written completely, but " + why +
+                     "; the new file may not survive a power loss";
+  return result;
+}
+
+/// write_file_atomically of the bytes [data, data + n).
+inline AtomicWriteResult write_file_atomically(const std::string& path, const void* data,
+                                               std::size_t n) {
+  return write_file_atomically(path, [&](int fd, std::size_t& written) {
+    return detail::write_all(fd, data, n, written);
+  });
+}
+inline AtomicWriteResult write_file_atomically(const std::string& path, const std::string& text) {
+  return write_file_atomically(path, text.data(), text.size());
+}
+
+}  // namespace attn

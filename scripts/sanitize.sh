@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The whole test suite under sanitizers:
+#   1. ASan + UBSan (with float-cast-overflow and signed-integer-overflow, which GCC's
+#      -fsanitize=undefined leaves out or only warns about), every report fatal: build-asan/.
+#   2. TSan over the threaded kernels and the trainer's tests, with OpenMP (attn's only threads):
+#      build-tsan/. GCC's libgomp is not instrumented, so its barriers can be reported as races;
+#      TSAN_CXX=clang++ builds with LLVM's libomp instead, which TSan understands better.
+# Usage: [JOBS=2] [SANITIZE=asan|tsan|all] bash scripts/sanitize.sh [ctest -R pattern for asan]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=${JOBS:-2}
+which=${SANITIZE:-all}
+pattern=${1:-}
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_BUILD_TESTS=ON -DATTN_BUILD_EXAMPLES=ON
+        -DATTN_BUILD_BENCHMARKS=OFF -DATTN_INSTALL=OFF -DATTN_NATIVE=OFF "${launcher[@]}")
+status=0
+
+if [ "$which" = asan ] || [ "$which" = all ]; then
+  flags="-fsanitize=address,undefined,float-cast-overflow,signed-integer-overflow"
+  flags+=" -fno-sanitize-recover=all -fno-omit-frame-pointer"
+  cmake -S . -B build-asan "${common[@]}" -DCMAKE_CXX_FLAGS="$flags" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+  cmake --build build-asan -j"$jobs"
+  export ASAN_OPTIONS=abort_on_error=1:detect_leaks=1:strict_string_checks=1
+  export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+  args=(--test-dir build-asan --output-on-failure --no-tests=error -j"$jobs" --timeout 3000)
+  [ -z "$pattern" ] || args+=(-R "$pattern")
+  ctest "${args[@]}" || status=1
+fi
+
+if [ "$which" = tsan ] || [ "$which" = all ]; then
+  cmake -S . -B build-tsan "${common[@]}" -DCMAKE_CXX_COMPILER="${TSAN_CXX:-c++}" \
+    -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
+  cmake --build build-tsan -j"$jobs" --target test_gemm test_attention_kernels test_training \
+    translate_test_pipeline attn-translate
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+  ctest --test-dir build-tsan --output-on-failure --no-tests=error -j1 --timeout 3000 \
+    -R 'Gemm|Attention|Training|Resume|Pipeline|Reliability|StopSignal|TrainState' || status=1
+fi
+exit $status
