@@ -38,17 +38,18 @@ void read_descriptions(const BuiltinCorpusOptions& o, std::vector<SourcedPair>& 
   d.directory = o.apt_lists_dir;
   const ParallelCorpus c = load_debian_descriptions(d);
   for (std::size_t i = 0; i < c.size(); ++i)
-    out.push_back({c.src[i], c.tgt[i], CorpusSource::kDescriptions, false});
+    out.push_back({c.src[i], c.tgt[i], CorpusSource::kDescriptions, false, o.descriptions});
 }
 
 void read_dictionary(const BuiltinCorpusOptions& o, std::vector<SourcedPair>& out) {
   for (DictPair& p : load_dictionary(o.dictionary_path)) {
-    const bool keep = (p.kind == DictKind::kSentence && o.dictionary_sentences) ||
-                      (p.kind == DictKind::kPhrase && o.dictionary_phrases) ||
-                      (p.kind == DictKind::kWord && o.dictionary_words);
-    if (keep)
-      out.push_back({std::move(p.en), std::move(p.de), CorpusSource::kDictionary,
-                     p.kind == DictKind::kSentence});
+    const bool sentence = p.kind == DictKind::kSentence;
+    const bool train = (sentence && o.dictionary_sentences) ||
+                       (p.kind == DictKind::kPhrase && o.dictionary_phrases) ||
+                       (p.kind == DictKind::kWord && o.dictionary_words);
+    // Sentences are read even when not trained on: they are held-out candidates.
+    if (train || sentence)
+      out.push_back({std::move(p.en), std::move(p.de), CorpusSource::kDictionary, sentence, train});
   }
 }
 
@@ -58,7 +59,7 @@ void read_gettext(const BuiltinCorpusOptions& o, std::vector<SourcedPair>& out) 
   g.valid_size = g.test_size = 0;  // the split is made below, over all sources
   const CorpusSplit c = load_gettext_corpus(g);
   for (std::size_t i = 0; i < c.train.size(); ++i)
-    out.push_back({c.train.src[i], c.train.tgt[i], CorpusSource::kGettext, false});
+    out.push_back({c.train.src[i], c.train.tgt[i], CorpusSource::kGettext, false, true});
 }
 
 }  // namespace
@@ -100,7 +101,8 @@ BuiltinCorpus assemble_builtin_corpus(const std::vector<SourcedPair>& pairs,
   // Step 2: held-out sets by hash order of the full sentences.
   std::vector<std::tuple<std::uint64_t, std::size_t>> candidates;
   for (std::size_t i = 0; i < unique.size(); ++i)
-    if (is_full_sentence(unique[i]->en, o.held_out_min_words, o.held_out_max_words))
+    if (unique[i]->source != CorpusSource::kGettext &&
+        is_full_sentence(unique[i]->en, o.held_out_min_words, o.held_out_max_words))
       candidates.emplace_back(stable_hash(unique[i]->en), i);
   std::sort(candidates.begin(), candidates.end());
   st.candidates = candidates.size();
@@ -125,8 +127,8 @@ BuiltinCorpus assemble_builtin_corpus(const std::vector<SourcedPair>& pairs,
   }
   // Steps 3 and 4.
   for (std::size_t i = 0; i < unique.size(); ++i) {
-    if (is_held_out[i]) continue;
     const SourcedPair& p = *unique[i];
+    if (is_held_out[i] || !p.train) continue;
     if (held_text.count(p.en) || held_text.count(p.de)) {
       ++st.removed_overlap;
       continue;
@@ -147,11 +149,12 @@ BuiltinCorpus load_builtin_corpus(const BuiltinCorpusOptions& o, BuiltinCorpusSt
   BuiltinCorpusStats& st = stats ? *stats : local;
   st = BuiltinCorpusStats{};
   std::vector<SourcedPair> pairs;
-  const bool dictionary = o.dictionary_sentences || o.dictionary_phrases || o.dictionary_words;
+  // Descriptions and the dictionary are always read: their full sentences make the held-out
+  // sets, which must not change with the training mix.
   const std::tuple<bool, CorpusSource, void (*)(const BuiltinCorpusOptions&,
                                                 std::vector<SourcedPair>&)>
-      sources[] = {{o.descriptions, CorpusSource::kDescriptions, read_descriptions},
-                   {dictionary, CorpusSource::kDictionary, read_dictionary},
+      sources[] = {{true, CorpusSource::kDescriptions, read_descriptions},
+                   {true, CorpusSource::kDictionary, read_dictionary},
                    {o.gettext, CorpusSource::kGettext, read_gettext}};
   for (const auto& [enabled, source, read] : sources) {
     if (!enabled) continue;

@@ -1,8 +1,8 @@
 // The trainer's built-in English -> German corpus: human translations that a Debian machine gets
 // through apt, read at run time from where Debian puts them (nothing is copied into the project).
 //
-// Sources (each optional; a missing one is named in BuiltinCorpusStats::missing and the rest are
-// used):
+// Sources (a missing one is named in BuiltinCorpusStats::missing and the rest are used; the
+// options choose which are trained on):
 //   descriptions: Debian's translated package descriptions (debian_descriptions.hpp), technical
 //                 prose paired by sentence;
 //   dictionary:   sentences and multi-word phrases of the trans-de-en dictionary
@@ -13,13 +13,16 @@
 // Assembly (assemble_builtin_corpus, a pure function of the pairs, so it is tested on its own):
 //   1. Pairs whose English side repeats an earlier one are dropped (sources in the order above,
 //      files in name order): one source sentence, one reference.
-//   2. Held-out candidates are full sentences: held_out_min_words..held_out_max_words English
-//      words, starting with an upper-case letter or digit, ending in '.', '!' or '?'. They are
+//   2. Held-out candidates are the full sentences of the descriptions and the dictionary, whatever
+//      the training mix (so every mix is scored on the same sentences; gettext never):
+//      held_out_min_words..held_out_max_words English words, starting with an upper-case letter
+//      or digit, ending in '.', '!' or '?'. They are
 //      ordered by stable_hash of the English side (FNV-1a + SplitMix, fixed across platforms);
 //      the first valid_size become the validation set, the next test_size the test set.
 //   3. Every pair whose English or German side equals a held-out pair's English or German side
 //      is removed from training, so neither the test nor the validation sentences are trained on.
-//   4. The training set is the rest; dictionary sentences appear sentence_weight times.
+//   4. The training set is the rest of the pairs in the mix; dictionary sentences appear
+//      sentence_weight times.
 // `showcase` lists up to show_everyday test sentences from the dictionary (everyday language,
 // 4-12 words) in test-set order: the sentences the main job prints with their translations.
 #pragma once
@@ -55,8 +58,8 @@ struct BuiltinCorpusOptions {
 struct SourcedPair {
   std::string en, de;
   CorpusSource source = CorpusSource::kDescriptions;
-  bool sentence = false;  ///< the reader's own judgement (dictionary kinds); the shape rule of
-                          ///< step 2 decides held-out candidacy for every source
+  bool sentence = false;  ///< a dictionary sentence (weighted by sentence_weight)
+  bool train = true;      ///< in the training mix; held-out candidacy does not depend on it
 };
 
 struct BuiltinCorpusStats {

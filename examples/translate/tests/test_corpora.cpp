@@ -335,6 +335,23 @@ TEST(BuiltinCorpus, OverlapWithHeldOutSidesIsRemovedAndSentencesWeighted) {
             60 + 3 * dict_sentences);
 }
 
+TEST(BuiltinCorpus, HeldOutSetsDoNotDependOnTheTrainingMix) {
+  auto pairs = synthetic_pairs(60);
+  const BuiltinCorpus all = assemble_builtin_corpus(pairs, small_options());
+  // Sentence-shaped gettext strings are never held out; pairs outside the mix are not trained on.
+  for (int i = 0; i < 30; ++i)
+    pairs.push_back({"Gettext string " + std::to_string(i) + " was saved.",
+                     "Zeichenkette " + std::to_string(i), CorpusSource::kGettext, false, true});
+  for (auto& p : pairs)
+    if (p.source == CorpusSource::kDescriptions) p.train = false;
+  BuiltinCorpusStats st;
+  const BuiltinCorpus mixed = assemble_builtin_corpus(pairs, small_options(), &st);
+  EXPECT_EQ(all.split.valid.src, mixed.split.valid.src);
+  EXPECT_EQ(all.split.test.src, mixed.split.test.src);
+  EXPECT_EQ(st.train_by_source[static_cast<int>(CorpusSource::kDescriptions)], 0u);
+  EXPECT_EQ(st.train_by_source[static_cast<int>(CorpusSource::kGettext)], 30u);
+}
+
 TEST(BuiltinCorpus, TooFewSentencesIsADataError) {
   EXPECT_NE(error_of<attn::DataError>(
                 [&] { assemble_builtin_corpus(synthetic_pairs(5), small_options()); })
