@@ -19,6 +19,7 @@
 #include "bleu.hpp"
 #include "bpe.hpp"
 #include "corpus_io.hpp"
+#include "progress.hpp"
 
 namespace attn::translate {
 
@@ -110,6 +111,7 @@ class Trainer {
   TrainOptions opt_;
   CorpusSplit data_;
   SubwordVocab vocab_;
+  ProgressLine progress_;
   std::unique_ptr<Transformer<float>> model_;
   std::unique_ptr<Adam<float>> adam_;
   std::unique_ptr<LabelSmoothedCrossEntropy<float>> loss_;
