@@ -2,6 +2,7 @@
 // The subcommands only parse flags; the work is in trainer.cpp and translator.cpp. Every option's
 // --help line shows its default: CLI11's "=value" where there is one, "(default: ...)" in the
 // description for flags and for options whose absence means something (tests/test_cli.cpp).
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <attn/error.hpp>
 #include <attn/parallel.hpp>
 
+#include "builtin_corpus.hpp"
 #include "corpus_io.hpp"
 #include "gettext_corpus.hpp"
 #include "stop_signal.hpp"
@@ -45,28 +47,65 @@ void write_output(const std::string& path, const std::vector<std::string>& lines
   std::cout.flush();
 }
 
-tr::CorpusSplit load_data(const std::string& gettext_dir, const std::string& src,
-                          const std::string& tgt, const std::string& vsrc, const std::string& vtgt,
-                          const std::string& tsrc, const std::string& ttgt) {
+// The built-in corpus's sources, from --mix: a comma-separated subset of
+// descriptions, sentences, phrases, words, gettext.
+void apply_mix(const std::string& mix, tr::BuiltinCorpusOptions& b) {
+  b.descriptions = b.dictionary_sentences = b.dictionary_phrases = b.dictionary_words = false;
+  b.gettext = false;
+  std::size_t start = 0;
+  while (start <= mix.size()) {
+    std::size_t end = mix.find(',', start);
+    if (end == std::string::npos) end = mix.size();
+    const std::string item = mix.substr(start, end - start);
+    bool* flag = item == "descriptions" ? &b.descriptions
+                 : item == "sentences"  ? &b.dictionary_sentences
+                 : item == "phrases"    ? &b.dictionary_phrases
+                 : item == "words"      ? &b.dictionary_words
+                 : item == "gettext"    ? &b.gettext
+                                        : nullptr;
+    ATTN_CHECK(flag != nullptr, attn::ConfigError, "--mix: unknown source '", item,
+               "', expected a comma-separated list of descriptions, sentences, phrases, words, "
+               "gettext");
+    *flag = true;
+    start = end + 1;
+  }
+}
+
+tr::BuiltinCorpus load_builtin(const tr::BuiltinCorpusOptions& b) {
+  tr::BuiltinCorpusStats stats;
+  tr::BuiltinCorpus corpus = tr::load_builtin_corpus(b, &stats);
+  for (const auto& m : stats.missing) std::cerr << "built-in corpus: left out " << m << '\n';
+  const auto& s = corpus.split;
+  std::cerr << "built-in corpus (English -> German): " << s.train.size() << " training pairs ("
+            << stats.train_by_source[0] << " from package descriptions, "
+            << stats.train_by_source[1] << " from the dictionary, " << stats.train_by_source[2]
+            << " from gettext), " << s.valid.size() << " validation and " << s.test.size()
+            << " test sentences held out; " << stats.duplicates << " repeated sources and "
+            << stats.removed_overlap << " pairs overlapping the held-out sets removed\n";
+  return corpus;
+}
+
+tr::BuiltinCorpus load_data(const tr::BuiltinCorpusOptions& builtin, const std::string& src,
+                            const std::string& tgt, const std::string& vsrc,
+                            const std::string& vtgt, const std::string& tsrc,
+                            const std::string& ttgt) {
   ATTN_CHECK(src.empty() == tgt.empty(), attn::ConfigError,
              "train: --src and --tgt go together (got --src '", src, "', --tgt '", tgt, "')");
   ATTN_CHECK(vsrc.empty() == vtgt.empty() && tsrc.empty() == ttgt.empty(), attn::ConfigError,
              "train: --valid-src/--valid-tgt and --test-src/--test-tgt go in pairs");
-  tr::CorpusSplit data;
+  tr::BuiltinCorpus corpus;
+  tr::CorpusSplit& data = corpus.split;
   if (src.empty()) {
-    tr::GettextCorpusStats stats;
-    tr::GettextCorpusOptions g;
-    g.directory = gettext_dir;
-    data = tr::load_gettext_corpus(g, &stats);
-    std::cerr << "gettext corpus: " << stats.files << " catalogs, " << data.train.size()
-              << " training, " << data.valid.size() << " validation, " << data.test.size()
-              << " test pairs (English -> German)\n";
+    corpus = load_builtin(builtin);
   } else {
     data.train = tr::read_parallel(src, tgt);
   }
   if (!vsrc.empty()) data.valid = tr::read_parallel(vsrc, vtgt);
-  if (!tsrc.empty()) data.test = tr::read_parallel(tsrc, ttgt);
-  return data;
+  if (!tsrc.empty()) {
+    data.test = tr::read_parallel(tsrc, ttgt);
+    corpus.showcase.clear();
+  }
+  return corpus;
 }
 
 // On every subcommand too, so that each subcommand's --help lists it.
@@ -101,23 +140,42 @@ int main(int argc, char** argv) {
   // train
   tr::TrainOptions t;
   std::string src, tgt, vsrc, vtgt, tsrc, ttgt;
-  std::string gettext_dir = tr::GettextCorpusOptions{}.directory;
-  int show = 5;
+  tr::BuiltinCorpusOptions builtin;
+  std::string mix = "descriptions,sentences";  // the winner of README's comparison
+  int show = 8;
   auto* train =
-      app.add_subcommand("train", "train a model (default data: gettext English->German)");
+      app.add_subcommand("train", "train a model (default data: the built-in English->German corpus)");
   add_threads(train, threads);
   train->add_option("--model-dir", t.model_dir, "output directory")->required();
   train->add_option("--src", src,
                     "training source file, one sentence a line, plain or gzip (default: none, "
-                    "train on the gettext corpus of --gettext-dir)");
+                    "train on the built-in corpus of --mix)");
   train->add_option("--tgt", tgt, "training target file, line-aligned with --src (default: none)");
   train->add_option("--valid-src", vsrc,
-                    "validation source file (default: none; the gettext split with --src unset)");
+                    "validation source file (default: none; the built-in split with --src unset)");
   train->add_option("--valid-tgt", vtgt, "validation target file (default: none)");
   train->add_option("--test-src", tsrc,
-                    "test source file (default: none; the gettext split with --src unset)");
+                    "test source file (default: none; the built-in split with --src unset)");
   train->add_option("--test-tgt", ttgt, "test target file (default: none)");
-  train->add_option("--gettext-dir", gettext_dir, "the .mo catalogs of the default corpus")
+  train
+      ->add_option("--mix", mix,
+                   "sources of the built-in corpus, comma-separated: descriptions (Debian package "
+                   "descriptions), sentences, phrases, words (of the trans-de-en dictionary), "
+                   "gettext")
+      ->capture_default_str();
+  train
+      ->add_option("--sentence-weight", builtin.sentence_weight,
+                   "copies of each dictionary sentence in the built-in training set")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  train->add_option("--apt-lists-dir", builtin.apt_lists_dir,
+                    "where apt keeps *_i18n_Translation-{en,de} (built-in corpus)")
+      ->capture_default_str();
+  train->add_option("--dictionary", builtin.dictionary_path,
+                    "the trans-de-en dictionary (built-in corpus)")
+      ->capture_default_str();
+  train->add_option("--gettext-dir", builtin.gettext_dir,
+                    "the .mo catalogs (built-in corpus, with --mix gettext)")
       ->capture_default_str();
   train->add_option("--preset", t.preset, "model size")
       ->capture_default_str()
@@ -229,8 +287,11 @@ int main(int argc, char** argv) {
     attn::set_num_threads(threads);
     if (*train) {
       t.threads = threads;
+      apply_mix(mix, builtin);
+      tr::BuiltinCorpus corpus = load_data(builtin, src, tgt, vsrc, vtgt, tsrc, ttgt);
+      std::vector<std::size_t> showcase = std::move(corpus.showcase);
       tr::install_stop_handlers();  // Ctrl-C / SIGTERM: checkpoint, then exit 130 / 143
-      tr::Trainer trainer(t, load_data(gettext_dir, src, tgt, vsrc, vtgt, tsrc, ttgt));
+      tr::Trainer trainer(t, std::move(corpus.split));
       trainer.train();
       if (trainer.interrupted()) {
         std::cerr << "attn-translate: interrupted by "
@@ -252,11 +313,26 @@ int main(int argc, char** argv) {
                           ? "average of the last " + std::to_string(t.average) + " checkpoints"
                           : std::string("last weights"))
                   << "): " << bleu.str() << '\n';
-        for (std::size_t i = 0; i < hyps.size() && i < static_cast<std::size_t>(show); ++i)
-          std::cout << "  src: " << test.src[i] << "\n  ref: " << test.tgt[i]
-                    << "\n  hyp: " << hyps[i] << "\n\n";
+        // The everyday sentences of the built-in test set first, then the others in order.
+        std::vector<std::size_t> shown(showcase.begin(), showcase.end());
+        for (std::size_t i = 0; i < hyps.size(); ++i)
+          if (std::find(shown.begin(), shown.end(), i) == shown.end()) shown.push_back(i);
+        shown.resize(std::min(shown.size(), static_cast<std::size_t>(show)));
+        for (std::size_t i : shown)
+          std::cout << "  English:   " << test.src[i] << "\n  attn:      " << hyps[i]
+                    << "\n  reference: " << test.tgt[i] << "\n\n";
       }
     } else if (*translate) {
+      if (input == "-" && output == "-") {
+        // Interactive: each line is answered as soon as it is read.
+        tr::Translator translator(model_dir);
+        std::size_t n = 0;
+        for (std::string line; std::getline(std::cin, line);) {
+          if (!line.empty() && line.back() == '\r') line.pop_back();
+          std::cout << translator.translate({line}, d, "<stdin>", ++n)[0] << std::endl;
+        }
+        return 0;
+      }
       // Input first: a bad input file is reported without waiting for the model to load.
       const std::vector<std::string> lines = read_input(input);
       tr::Translator translator(model_dir);

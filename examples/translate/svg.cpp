@@ -25,6 +25,17 @@ std::string num(double v) {
   return buf;
 }
 
+// White (0) to #08306b (1), the ends of matplotlib's "Blues".
+std::string blues(double w) {
+  w = std::clamp(w, 0.0, 1.0);
+  const int r = static_cast<int>(std::lround(255 - w * (255 - 8)));
+  const int g = static_cast<int>(std::lround(255 - w * (255 - 48)));
+  const int b = static_cast<int>(std::lround(255 - w * (255 - 107)));
+  char fill[8];
+  std::snprintf(fill, sizeof fill, "#%02x%02x%02x", r, g, b);
+  return fill;
+}
+
 std::string tick_label(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", std::abs(v) < 1e-12 ? 0.0 : v);
@@ -179,6 +190,30 @@ std::string line_plot_svg(const std::vector<PlotSeries>& series, const LinePlotO
   return svg + "</svg>\n";
 }
 
+namespace {
+
+// The colour scale of the heatmaps: kScaleSteps swatches from 0 to 1 and what 1 means.
+constexpr double kScaleHeight = 34;
+constexpr int kScaleSteps = 11;
+
+std::string colour_scale(double x0, double y0, bool normalized) {
+  std::string svg = "<g>\n";
+  const double w = 18, h = 12;
+  for (int i = 0; i < kScaleSteps; ++i)
+    svg += "<rect x=\"" + num(x0 + w * i) + "\" y=\"" + num(y0 + 4) + "\" width=\"" + num(w) +
+           "\" height=\"" + num(h) + "\" fill=\"" + blues(i / double(kScaleSteps - 1)) +
+           "\" stroke=\"#ccc\"/>\n";
+  svg += text(x0, y0 + 30, "0", "start", 11);
+  svg += text(x0 + w * kScaleSteps, y0 + 30, "1", "end", 11);
+  svg += text(x0 + w * kScaleSteps + 8, y0 + 14,
+              normalized ? "attention weight / the panel's largest weight (its max in the title)"
+                         : "attention weight",
+              "start", 11);
+  return svg + "</g>\n";
+}
+
+}  // namespace
+
 std::string attention_svg(const std::vector<std::string>& src, const std::vector<std::string>& tgt,
                           const std::vector<AttentionPanel>& panels,
                           const AttentionPlotOptions& o) {
@@ -199,19 +234,31 @@ std::string attention_svg(const std::vector<std::string>& src, const std::vector
   const std::size_t cols = std::min<std::size_t>(static_cast<std::size_t>(o.columns),
                                                  std::max<std::size_t>(panels.size(), 1));
   const std::size_t rows = (panels.size() + cols - 1) / cols;
-  const double title_h = o.title.empty() ? 0 : 30;
-  const int width = static_cast<int>(std::ceil(panel_w * static_cast<double>(cols))) + 10;
+  // Each panel's shades span its own range when normalised: a head whose largest weight is 0.3
+  // would otherwise be too pale to show where it looks.
+  std::vector<double> scale(panels.size(), 1.0);
+  for (std::size_t k = 0; k < panels.size() && o.normalize; ++k) {
+    double top = 0;
+    for (double w : panels[k].weights) top = std::max(top, std::isfinite(w) ? w : 0.0);
+    scale[k] = top > 0 ? top : 1.0;
+  }
+  const double title_h = (o.title.empty() ? 0 : 30) + kScaleHeight;
+  // At least as wide as the colour scale and its caption.
+  const int width =
+      std::max(650, static_cast<int>(std::ceil(panel_w * static_cast<double>(cols))) + 10);
   const int height =
       static_cast<int>(std::ceil(title_h + panel_h * static_cast<double>(rows))) + 10;
 
   std::string svg = header(width, height);
   if (!o.title.empty()) svg += text(width / 2.0, 20, o.title, "middle", 15);
+  svg += colour_scale(5, title_h - kScaleHeight, o.normalize);
   for (std::size_t k = 0; k < panels.size(); ++k) {
     const double x0 = 5 + panel_w * static_cast<double>(k % cols);
     const double y0 = 5 + title_h + panel_h * static_cast<double>(k / cols);
     const double gx = x0 + label, gy = y0 + 20 + label;  // top-left of the grid
-    svg += "<g>\n" +
-           text(gx + cell * static_cast<double>(S) / 2, y0 + 14, panels[k].title, "middle", 12);
+    const std::string title =
+        o.normalize ? panels[k].title + " (max " + num(scale[k]) + ")" : panels[k].title;
+    svg += "<g>\n" + text(gx + cell * static_cast<double>(S) / 2, y0 + 14, title, "middle", 12);
     for (std::size_t s = 0; s < S; ++s) {  // source tokens along x, written upwards
       const double x = gx + cell * (static_cast<double>(s) + 0.5) + 4, y = gy - 4;
       svg += text(x, y, src[s], "start", 11,
@@ -221,13 +268,7 @@ std::string attention_svg(const std::vector<std::string>& src, const std::vector
       svg += text(gx - 4, gy + cell * (static_cast<double>(t) + 0.5) + 4, tgt[t], "end", 11);
     for (std::size_t t = 0; t < T; ++t) {
       for (std::size_t s = 0; s < S; ++s) {
-        const double w = std::clamp(panels[k].weights[t * S + s], 0.0, 1.0);
-        // White to #08306b (the dark end of matplotlib's "Blues").
-        const int r = static_cast<int>(std::lround(255 - w * (255 - 8)));
-        const int g = static_cast<int>(std::lround(255 - w * (255 - 48)));
-        const int b = static_cast<int>(std::lround(255 - w * (255 - 107)));
-        char fill[8];
-        std::snprintf(fill, sizeof fill, "#%02x%02x%02x", r, g, b);
+        const std::string fill = blues(panels[k].weights[t * S + s] / scale[k]);
         svg += "<rect x=\"" + num(gx + cell * static_cast<double>(s)) + "\" y=\"" +
                num(gy + cell * static_cast<double>(t)) + "\" width=\"" + num(cell) +
                "\" height=\"" + num(cell) + "\" fill=\"" + fill + "\"/>\n";

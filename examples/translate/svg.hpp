@@ -43,10 +43,13 @@ struct AttentionPlotOptions {
   std::string title;
   int columns = 4;  ///< panels per row (heads per layer gives one layer per row)
   int cell = 16;    ///< pixels per weight
+  /// Shade each panel's weights relative to its largest one (named in its title), so that every
+  /// head's alignment is visible; off: absolute weights in [0, 1].
+  bool normalize = true;
 };
 
 /// Heatmaps of attention weights in [0, 1], white (0) to dark blue (1), source tokens along x,
-/// target tokens along y. Throws ShapeError if a panel does not hold T * S weights.
+/// target tokens along y, under a colour scale. Throws ShapeError if a panel does not hold T * S weights.
 std::string attention_svg(const std::vector<std::string>& src_tokens,
                           const std::vector<std::string>& tgt_tokens,
                           const std::vector<AttentionPanel>& panels,

@@ -1,7 +1,5 @@
 #include "trainer.hpp"
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -117,7 +115,8 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data)
     : opt_(options),
       data_(std::move(data)),
       lock_(lock_model_dir(opt_)),
-      vocab_(open_vocab(opt_, data_)) {
+      vocab_(open_vocab(opt_, data_)),
+      progress_(std::cerr, !opt_.quiet && ProgressLine::stderr_is_terminal()) {
   set_num_threads(opt_.threads);
   if (opt_.resume) {
     resume_newest_loadable(options);
@@ -305,7 +304,7 @@ std::string Trainer::save_checkpoint() {
 void Trainer::train(Index max_updates) {
   const auto start = Clock::now();
   const Index first = step();
-  const bool tty = !opt_.quiet && isatty(fileno(stderr));
+  const bool tty = progress_.terminal();
   double window_loss = 0;  // sum of per-update mean losses since the last log point
   Index window_steps = 0;
   train_tokens_ = 0;
@@ -344,10 +343,10 @@ void Trainer::train(Index max_updates) {
              << " | ppl " << std::setprecision(1) << std::exp(mean) << " | lr " << std::scientific
              << std::setprecision(2) << lr << " | " << std::fixed << std::setprecision(0) << tok_s
              << " tok/s | " << fmt_duration(secs) << " | ETA " << fmt_duration(eta);
-        if (tty)
-          std::cerr << '\r' << line.str() << "\033[K" << (log_point ? "\n" : "") << std::flush;
+        if (log_point)
+          progress_.line(line.str());
         else
-          std::cerr << line.str() << '\n';
+          progress_.status(line.str());
       }
       if (log_point) {
         curves_.push_back({s, mean, kNaN, kNaN});
@@ -360,7 +359,7 @@ void Trainer::train(Index max_updates) {
     if (opt_.valid_every > 0 && s % opt_.valid_every == 0) run_validation();
     if (opt_.checkpoint_every > 0 && s % opt_.checkpoint_every == 0) save_checkpoint();
   }
-  if (tty) std::cerr << '\n';
+  progress_.finish();
 }
 
 void Trainer::run_validation() {
@@ -373,10 +372,13 @@ void Trainer::run_validation() {
   } else {
     curves_.push_back({s, kNaN, v.loss.mean_loss(), v.bleu.score});
   }
-  if (!opt_.quiet)
-    std::cerr << "valid step " << s << " | loss " << std::fixed << std::setprecision(3)
-              << v.loss.mean_loss() << " | ppl " << std::setprecision(2) << v.loss.perplexity()
-              << " | " << v.bleu.str() << '\n';
+  if (!opt_.quiet) {
+    std::ostringstream line;
+    line << "valid step " << s << " | loss " << std::fixed << std::setprecision(3)
+         << v.loss.mean_loss() << " | ppl " << std::setprecision(2) << v.loss.perplexity() << " | "
+         << v.bleu.str();
+    progress_.line(line.str());
+  }
 }
 
 void Trainer::finish() {
@@ -425,10 +427,18 @@ void Trainer::write_curves() const {
 
 void Trainer::write_attention() {
   if (valid_src_ids_.empty() || valid_src_ids_[0].empty()) return;
+  // The first validation sentence of 8-20 subword tokens: long enough to show an alignment,
+  // short enough for readable labels.
+  std::size_t pick = 0;
+  for (std::size_t i = 0; i < valid_src_ids_.size(); ++i)
+    if (valid_src_ids_[i].size() >= 8 && valid_src_ids_[i].size() <= 20) {
+      pick = i;
+      break;
+    }
   detail::EvalGuard<float> guard(*model_);
   TranslateOptions t;
   t.greedy = true;
-  const std::vector<TokenId>& src_ids = valid_src_ids_[0];
+  const std::vector<TokenId>& src_ids = valid_src_ids_[pick];
   const std::vector<TokenId> hyp = translate_ids(*model_, {src_ids}, t)[0];
   std::vector<TokenId> tgt_ids{SubwordVocab::kBos};
   tgt_ids.insert(tgt_ids.end(), hyp.begin(), hyp.end());
@@ -448,7 +458,7 @@ void Trainer::write_attention() {
   model_->encoder.keep_attention_weights(false);
   model_->decoder.keep_attention_weights(false);
   AttentionPlotOptions o;
-  o.title = "encoder-decoder attention: " + data_.valid.src[0];
+  o.title = "encoder-decoder attention: " + data_.valid.src[pick];
   o.columns = static_cast<int>(model_->config().heads);
   write_svg((fs::path(opt_.model_dir) / "attention.svg").string(),
             attention_svg(vocab_.pieces(src_ids), vocab_.pieces(tgt_ids), panels, o));

@@ -20,6 +20,7 @@
 #include "bpe.hpp"
 #include "corpus_io.hpp"
 #include "model_dir.hpp"
+#include "progress.hpp"
 
 namespace attn::translate {
 
@@ -149,6 +150,7 @@ class Trainer {
   CorpusSplit data_;
   std::unique_ptr<ModelDirLock> lock_;  // held from before the first write to the directory
   SubwordVocab vocab_;
+  ProgressLine progress_;
   std::unique_ptr<Transformer<float>> model_;
   std::unique_ptr<Adam<float>> adam_;
   std::unique_ptr<LabelSmoothedCrossEntropy<float>> loss_;

@@ -147,16 +147,17 @@ Translator::Translator(const std::string& dir) : vocab_(SubwordVocab::load(dir))
 
 std::vector<std::string> Translator::translate(const std::vector<std::string>& lines,
                                                const TranslateOptions& options,
-                                               const std::string& input_name) {
+                                               const std::string& input_name,
+                                               std::size_t first_line) {
   // Every line is checked before the first is decoded, so a bad line costs no decoding time.
   std::vector<std::vector<TokenId>> ids(lines.size());
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const std::size_t bad = find_invalid_utf8(lines[i]);
-    ATTN_CHECK(bad == std::string::npos, DataError, input_name, " line ", i + 1,
+    ATTN_CHECK(bad == std::string::npos, DataError, input_name, " line ", first_line + i,
                ": expected UTF-8 text, found an invalid byte sequence at byte offset ", bad);
     ids[i] = vocab_.encode(lines[i]);
     ATTN_CHECK(static_cast<Index>(ids[i].size()) <= max_len_, DataError, input_name, " line ",
-               i + 1, " has ", ids[i].size(), " subword tokens, more than the model's max_len ",
+               first_line + i, " has ", ids[i].size(), " subword tokens, more than the model's max_len ",
                max_len_, " (the longest it was trained on)");
   }
   const auto out = translate_ids(*model_, ids, options);

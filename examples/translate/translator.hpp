@@ -63,10 +63,12 @@ class Translator {
   /// One output line per input line. An empty line gives an empty line. Before any decoding,
   /// throws DataError naming `input_name`, the (1-based) line and the problem if a line is not
   /// valid UTF-8 (with the byte offset) or is longer than the model's max_len (with its length
-  /// in subword tokens and the limit).
+  /// in subword tokens and the limit). `first_line` numbers lines[0] in those messages (a
+  /// stream translated line by line).
   std::vector<std::string> translate(const std::vector<std::string>& lines,
                                      const TranslateOptions& options,
-                                     const std::string& input_name = "input");
+                                     const std::string& input_name = "input",
+                                     std::size_t first_line = 1);
 
   /// BLEU of the translations of `src` against `refs`; DataError naming both counts if they
   /// differ, and what translate() throws.

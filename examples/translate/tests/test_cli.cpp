@@ -3,6 +3,9 @@
 // resumes bit-exactly, and bad input ends the process with exit code 1, one line
 // "attn-translate: error: ..." naming what was expected and what came, and nothing written.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -178,7 +181,9 @@ TEST_F(Cli, EverySubcommandHelpShowsThreadsAndEveryDefault) {
       if (name == "--help") continue;
       EXPECT_TRUE(e.has_default || e.required || contains(e.description, "(default: "))
           << name << " " << e.type << " " << e.description;
-      if (e.type.empty()) EXPECT_TRUE(contains(e.description, "(default: off)")) << name;
+      if (e.type.empty()) {
+        EXPECT_TRUE(contains(e.description, "(default: off)")) << name;
+      }
     }
   }
 }
@@ -206,6 +211,8 @@ TEST_F(Cli, TrainResumeTranslateEvaluateAverage) {
   r = run("train --model-dir " + b + " --steps 4 " + common + clip);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "step 4 | loss ")) << r.err;
+  // stderr is a file here: plain progress lines, no carriage returns or escape codes.
+  EXPECT_EQ(r.err.find_first_of("\r\033"), std::string::npos) << r.err;
   // Interrupted and uninterrupted runs write the same bytes: weights, Adam, RNG, data position,
   // options and every update's loss.
   for (const char* f : {"checkpoint_4.safetensors", "model.safetensors", "spm.model"}) {
@@ -293,9 +300,13 @@ TEST_F(Cli, BadTrainingDataIsRefusedAndNothingIsWritten) {
 
 TEST_F(Cli, CorruptGettextCatalogIsNamed) {
   const std::string model = dir("model"), mo = dir("mo");
+  // The built-in corpus's other sources absent, so that the catalogs are all there is.
+  const std::string no_other_sources = " --mix gettext --apt-lists-dir " + dir("no_lists") +
+                                       " --dictionary " + dir("no_dictionary");
   fs::create_directories(mo);
   auto train = [&] {
-    return run("train --threads 1 --model-dir " + model + " --gettext-dir " + mo + " --steps 1");
+    return run("train --threads 1 --model-dir " + model + no_other_sources + " --gettext-dir " +
+               mo + " --steps 1");
   };
   const std::string file = mo + "/broken.mo";
   write_file(file, "0123456789");
@@ -313,8 +324,69 @@ TEST_F(Cli, CorruptGettextCatalogIsNamed) {
                          "': the original table of 5 entries at offset 28 ends at "
                          "byte 68, beyond the end of the file (28 bytes)"});
   EXPECT_FALSE(fs::exists(model));
-  expect_error(run("train --threads 1 --model-dir " + model + " --gettext-dir " + dir("none")),
-               {"cannot list the gettext catalogs in '" + dir("none") + "'"});
+  expect_error(run("train --threads 1 --model-dir " + model + no_other_sources +
+                   " --gettext-dir " + dir("none")),
+               {"no source of the built-in corpus could be read: ",
+                "trans-de-en dictionary: cannot open the dictionary",
+                "gettext catalogs: cannot list the gettext catalogs in '" + dir("none") + "'"});
+}
+
+namespace {
+
+// Reads from `fd` until a '\n' arrives; fails the test after `seconds` without one.
+std::string read_line_within(int fd, int seconds) {
+  std::string line;
+  char c = 0;
+  while (true) {
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, seconds * 1000);
+    if (ready <= 0) {
+      ADD_FAILURE() << "no answer within " << seconds << " s, got '" << line << "'";
+      return line;
+    }
+    if (::read(fd, &c, 1) != 1) {
+      ADD_FAILURE() << "the translator closed its output after '" << line << "'";
+      return line;
+    }
+    if (c == '\n') return line;
+    line += c;
+  }
+}
+
+}  // namespace
+
+// An interactive session: each line is answered while stdin stays open, as a person typing
+// into `attn-translate translate` would see it.
+TEST_F(Cli, TranslateAnswersEachLineAtOnce) {
+  int to_child[2], from_child[2];
+  ASSERT_EQ(::pipe(to_child), 0);
+  ASSERT_EQ(::pipe(from_child), 0);
+  const std::string bin = ATTN_TRANSLATE_BIN, dir_arg = model();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::dup2(to_child[0], 0);
+    ::dup2(from_child[1], 1);
+    for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) ::close(fd);
+    ::execl(bin.c_str(), bin.c_str(), "translate", "--threads", "1", "--greedy", "--model-dir",
+            dir_arg.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(to_child[0]);
+  ::close(from_child[1]);
+  tr::Translator translator(model());
+  tr::TranslateOptions greedy;
+  greedy.greedy = true;
+  for (const std::string line : {"the red cat", "", "a big dog sleeps"}) {
+    const std::string in = line + "\n";
+    ASSERT_EQ(::write(to_child[1], in.data(), in.size()), static_cast<ssize_t>(in.size()));
+    EXPECT_EQ(read_line_within(from_child[0], 60), translator.translate({line}, greedy)[0]);
+  }
+  ::close(to_child[1]);  // end of input: the translator exits
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ::close(from_child[0]);
 }
 
 TEST_F(Cli, BadTranslateInputIsRefusedAndTheOutputKept) {

@@ -86,11 +86,28 @@ TEST(Svg, AttentionGrid) {
   o.title = "encoder-decoder attention";
   const std::string svg = attention_svg(src, tgt, panels, o);
   expect_well_formed(svg, "attention.svg");
-  EXPECT_EQ(count(svg, "<g>"), 4u);
-  EXPECT_EQ(count(svg, "<rect"), 1u + 4u * (3u * 4u + 1u));  // background, cells, frames
-  EXPECT_EQ(count(svg, "fill=\"#08306b\""), 4u * 3u);        // one weight of 1 per row
-  EXPECT_EQ(count(svg, "fill=\"#ffffff\""), 4u * 3u * 3u);
-  EXPECT_NE(svg.find(">layer 2, head 2</text>"), std::string::npos);
+  EXPECT_EQ(count(svg, "<g>"), 1u + 4u);  // colour scale, panels
+  // background, colour scale, cells, frames
+  EXPECT_EQ(count(svg, "<rect"), 1u + 11u + 4u * (3u * 4u + 1u));
+  EXPECT_EQ(count(svg, "fill=\"#08306b\""), 1u + 4u * 3u);  // one weight of 1 per row
+  EXPECT_EQ(count(svg, "fill=\"#ffffff\""), 1u + 4u * 3u * 3u);
+  EXPECT_NE(svg.find(">0</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">1</text>"), std::string::npos);
+  EXPECT_NE(svg.find("the panel&apos;s largest weight"), std::string::npos);
+
+  // Each panel is shaded relative to its own largest weight: a head whose weights are at most
+  // 0.25 still shows its alignment in the darkest shade, and its title names the maximum.
+  std::vector<AttentionPanel> pale{{"pale", std::vector<double>(12, 0.0)}};
+  for (std::size_t t = 0; t < 3; ++t) pale[0].weights[t * 4 + t] = 0.25;
+  std::string shaded = attention_svg(src, tgt, pale, o);
+  EXPECT_EQ(count(shaded, "fill=\"#08306b\""), 1u + 3u);
+  EXPECT_NE(shaded.find(">pale (max 0.25)</text>"), std::string::npos);
+  o.normalize = false;
+  shaded = attention_svg(src, tgt, pale, o);
+  EXPECT_EQ(count(shaded, "fill=\"#08306b\""), 1u);  // only the scale's swatch
+  EXPECT_NE(shaded.find(">pale</text>"), std::string::npos);
+  o.normalize = true;
+  EXPECT_NE(svg.find(">layer 2, head 2 (max 1.00)</text>"), std::string::npos);
   EXPECT_NE(svg.find(">&lt;cat&gt;</text>"), std::string::npos);
   EXPECT_NE(svg.find(">Katze&amp;</text>"), std::string::npos);
   EXPECT_EQ(svg.find("<cat>"), std::string::npos);
