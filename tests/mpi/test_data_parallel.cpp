@@ -46,7 +46,8 @@ TEST(RingAllReduce, SumsIntegersExactlyForEverySizeIncludingFewerElementsThanRan
     ring_all_reduce(data.data(), n, scratch.data(), MPI_COMM_WORLD);
     const double rank_sum = ranks * (ranks + 1) / 2 * 1000.0;
     for (Index i = 0; i < n; ++i)
-      ASSERT_EQ(data[i], static_cast<float>(rank_sum + ranks * (i % 97))) << "n " << n << " i " << i;
+      ASSERT_EQ(data[i], static_cast<float>(rank_sum + ranks * (i % 97)))
+          << "n " << n << " i " << i;
   }
 }
 
@@ -62,8 +63,8 @@ TEST(RingAllReduce, SameBitsOnEveryRankAndInEveryRun) {
   ASSERT_EQ(0, std::memcmp(first.data(), again.data(), n * sizeof(float)));
   Tensor<float> t({n});
   std::copy(first.begin(), first.end(), t.data());
-  EXPECT_NO_THROW(check_same_on_all_ranks(parameter_fingerprint<float>({{"sum", t, t}}),
-                                          "reduced values"));
+  EXPECT_NO_THROW(
+      check_same_on_all_ranks(parameter_fingerprint<float>({{"sum", t, t}}), "reduced values"));
 }
 
 // Plain SGD, theta -= lr g: the parameters then differ exactly as much as the gradients do.

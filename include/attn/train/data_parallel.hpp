@@ -118,10 +118,10 @@ void ring_all_reduce(T* data, Index n, T* scratch, MPI_Comm comm) {
   // All-gather: the finished chunks travel once around the ring, copied, not added.
   for (int s = 0; s + 1 < ranks; ++s) {
     const int send = mod(rank + 1 - s), recv = mod(rank - s);
-    detail::mpi_check(MPI_Sendrecv(data + begin(send), count(send), type, right, 1,
-                                   data + begin(recv), count(recv), type, left, 1, comm,
-                                   MPI_STATUS_IGNORE),
-                      "MPI_Sendrecv");
+    detail::mpi_check(
+        MPI_Sendrecv(data + begin(send), count(send), type, right, 1, data + begin(recv),
+                     count(recv), type, left, 1, comm, MPI_STATUS_IGNORE),
+        "MPI_Sendrecv");
   }
 }
 
@@ -207,9 +207,9 @@ class DataParallel {
                                      static_cast<double>(local.tokens),
                                      static_cast<double>(local_error.size())};
     all_stats_.resize(4 * static_cast<std::size_t>(ranks_));
-    detail::mpi_check(MPI_Allgather(mine.data(), 4, MPI_DOUBLE, all_stats_.data(), 4, MPI_DOUBLE,
-                                    comm_),
-                      "MPI_Allgather");
+    detail::mpi_check(
+        MPI_Allgather(mine.data(), 4, MPI_DOUBLE, all_stats_.data(), 4, MPI_DOUBLE, comm_),
+        "MPI_Allgather");
     LossStats sum;
     for (int r = 0; r < ranks_; ++r) {
       const double* s = all_stats_.data() + 4 * r;
@@ -258,9 +258,9 @@ class DataParallel {
   MPI_Comm comm_;
   int rank_ = 0, ranks_ = 1;
   std::vector<Bucket> buckets_;
-  std::vector<T> packed_;                    // [largest packed bucket]
-  std::vector<T> scratch_;                   // [largest bucket / N + 1] one incoming chunk
-  mutable std::vector<double> all_stats_;    // [N, 4] every rank's statistics
+  std::vector<T> packed_;                  // [largest packed bucket]
+  std::vector<T> scratch_;                 // [largest bucket / N + 1] one incoming chunk
+  mutable std::vector<double> all_stats_;  // [N, 4] every rank's statistics
 };
 
 }  // namespace attn
