@@ -12,4 +12,4 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   g++ make cmake ca-certificates gettext-base \
   libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev \
   nlohmann-json3-dev libsentencepiece-dev libcli11-dev zlib1g-dev liblz4-dev \
-  trans-de-en python3 python3-torch python3-sentencepiece >/dev/null
+  trans-de-en python3 python3-torch python3-sentencepiece libopenmpi-dev openmpi-bin >/dev/null

@@ -16,6 +16,7 @@
 
 #include "builtin_corpus.hpp"
 #include "corpus_io.hpp"
+#include "distributed.hpp"
 #include "gettext_corpus.hpp"
 #include "stop_signal.hpp"
 #include "trainer.hpp"
@@ -199,6 +200,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   train->add_option("--max-tokens", t.max_tokens, "padded tokens per batch")->capture_default_str();
+  bool max_tokens_per_rank = false;
+  train->add_flag("--max-tokens-per-rank", max_tokens_per_rank,
+                  "under mpirun, --max-tokens is one rank's share of a batch, not the whole "
+                  "batch (default: off)");
   train
       ->add_option("--tokens-per-update", t.tokens_per_update,
                    "accumulate batches until this many target tokens (0: one batch)")
@@ -283,15 +288,18 @@ int main(int argc, char** argv) {
   average->add_option("--output", avg_out, "output file, with --inputs (default: none)");
 
   CLI11_PARSE(app, argc, argv);
+  std::shared_ptr<tr::Replicas> replicas;  // the ranks of an mpirun job (distributed.hpp)
   try {
     attn::set_num_threads(threads);
     if (*train) {
       t.threads = threads;
       apply_mix(mix, builtin);
+      replicas = tr::join_replicas(t, app.count("--threads") + train->count("--threads") > 0,
+                                   max_tokens_per_rank);
       tr::BuiltinCorpus corpus = load_data(builtin, src, tgt, vsrc, vtgt, tsrc, ttgt);
       std::vector<std::size_t> showcase = std::move(corpus.showcase);
       tr::install_stop_handlers();  // Ctrl-C / SIGTERM: checkpoint, then exit 130 / 143
-      tr::Trainer trainer(t, std::move(corpus.split));
+      tr::Trainer trainer(t, std::move(corpus.split), replicas);
       trainer.train();
       if (trainer.interrupted()) {
         std::cerr << "attn-translate: interrupted by "
@@ -300,6 +308,7 @@ int main(int argc, char** argv) {
         return 128 + tr::stop_requested();
       }
       trainer.finish();
+      if (replicas->rank() != 0) return 0;  // rank 0 writes and reports
       std::cerr << "model written to " << t.model_dir << "/model.safetensors\n";
       if (!trainer.data().test.empty()) {
         // Scored as saved: model.safetensors holds the averaged weights when --average > 1.
@@ -376,10 +385,12 @@ int main(int argc, char** argv) {
       }
     }
   } catch (const attn::Error& e) {
-    std::cerr << "attn-translate: error: " << e.what() << '\n';
+    if (!replicas || replicas->report_here(e))
+      std::cerr << "attn-translate: error: " << e.what() << '\n';
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "attn-translate: error: " << e.what() << '\n';
+    if (!replicas || replicas->report_here(e))
+      std::cerr << "attn-translate: error: " << e.what() << '\n';
     return 1;
   }
   return 0;

@@ -16,6 +16,7 @@
 #include <attn/train/model_file.hpp>
 #include <attn/train/schedule.hpp>
 
+#include "distributed.hpp"
 #include "stop_signal.hpp"
 #include "svg.hpp"
 #include "train_state.hpp"
@@ -49,10 +50,14 @@ std::vector<std::string> both_sides(const ParallelCorpus& c) {
   return s;
 }
 
-SubwordVocab open_vocab(const TrainOptions& o, const CorpusSplit& data) {
+SubwordVocab open_vocab(const TrainOptions& o, const CorpusSplit& data, Replicas& replicas) {
   ATTN_CHECK(!o.model_dir.empty(), ConfigError, "train: --model-dir is required");
   ATTN_CHECK(!data.train.empty(), DataError, "train: the training corpus is empty");
   if (o.resume) return SubwordVocab::load(o.model_dir);
+  if (replicas.rank() > 0) {  // rank 0 checks the directory and trains the vocabulary
+    replicas.barrier();
+    return SubwordVocab::load(o.model_dir);
+  }
   ATTN_CHECK(list_checkpoints(o.model_dir).empty(), ConfigError, "model directory '", o.model_dir,
              "' already holds checkpoints; pass --resume to continue, or use another directory");
   // A trained model without checkpoints (e.g. after averaging them away) would lose its
@@ -66,7 +71,9 @@ SubwordVocab open_vocab(const TrainOptions& o, const CorpusSplit& data) {
   BpeTrainOptions bpe;
   bpe.vocab_size = o.vocab_size;
   bpe.num_threads = o.threads;
-  return SubwordVocab::train(both_sides(data.train), o.model_dir, bpe);
+  SubwordVocab vocab = SubwordVocab::train(both_sides(data.train), o.model_dir, bpe);
+  replicas.barrier();
+  return vocab;
 }
 
 std::unique_ptr<ModelDirLock> lock_model_dir(const TrainOptions& o) {
@@ -111,11 +118,12 @@ std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const Paral
   return pairs;
 }
 
-Trainer::Trainer(const TrainOptions& options, CorpusSplit data)
+Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<Replicas> replicas)
     : opt_(options),
       data_(std::move(data)),
-      lock_(lock_model_dir(opt_)),
-      vocab_(open_vocab(opt_, data_)),
+      replicas_(replicas ? std::move(replicas) : std::make_shared<Replicas>()),
+      lock_(replicas_->rank() == 0 ? lock_model_dir(opt_) : nullptr),
+      vocab_(open_vocab(opt_, data_, *replicas_)),
       progress_(std::cerr, !opt_.quiet && ProgressLine::stderr_is_terminal()) {
   set_num_threads(opt_.threads);
   if (opt_.resume) {
@@ -124,6 +132,7 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data)
     build(make_config(opt_, vocab_.size()));
     order_ = train_batches_->epoch_order(opt_.seed, epoch_);
   }
+  replicas_->start(*model_, *train_batches_, metadata(), opt_);
 }
 
 void Trainer::resume_newest_loadable(const TrainOptions& given) {
@@ -225,18 +234,29 @@ double Trainer::update() {
   const Index step = adam_->steps() + 1;
   model_->train();
   adam_->zero_grad();
-  LossStats stats;
+  LossStats stats;          // this rank's share
+  Index update_tokens = 0;  // every rank's: the whole batches' target tokens
+  std::string error;        // this rank's failure, for every rank to stop on (distributed.hpp)
   // Gradients of several batches add up in Parameter::grad; dividing by the token count at the
   // end makes the update the per-token mean over everything seen, as one large batch would.
   do {
-    const Batch& b = next_batch();
-    const Tensor<float>& logits = model_->forward(b.src, b.tgt_in);
-    const LossStats s = loss_->forward_backward(logits, b.tgt_out, 1.0, dlogits_, step);
-    check_finite(s, step);
-    model_->backward(dlogits_);
-    stats += s;
-    train_tokens_ += s.tokens;
-  } while (stats.tokens < opt_.tokens_per_update);
+    const Batch& whole = next_batch();
+    update_tokens += whole.tgt_tokens;
+    const Batch& b = replicas_->share(whole);
+    if (!error.empty() || b.rows() == 0) continue;
+    try {
+      const Tensor<float>& logits = model_->forward(b.src, b.tgt_in);
+      const LossStats s = loss_->forward_backward(logits, b.tgt_out, 1.0, dlogits_, step);
+      check_finite(s, step);
+      model_->backward(dlogits_);
+      stats += s;
+    } catch (const Error& e) {
+      if (replicas_->size() == 1) throw;
+      error = e.what();
+    }
+  } while (update_tokens < opt_.tokens_per_update);
+  stats = replicas_->finish_update(stats, error, *model_);  // sums gradients over the ranks
+  train_tokens_ += stats.tokens;
   scale_gradients(adam_->parameters(), 1.0 / static_cast<double>(stats.tokens));
   // A finite loss can still have a NaN or Inf gradient; Adam would spread it into every weight.
   last_grad_norm_ = grad_norm(adam_->parameters());
@@ -286,6 +306,7 @@ BleuScore Trainer::test_bleu(std::vector<std::string>* hyps) {
 }
 
 std::string Trainer::save_checkpoint() {
+  if (replicas_->rank() != 0) return {};  // one writer; the ranks' states are the same
   auto meta = metadata();
   store_data_position({epoch_, batch_index_}, meta);
   meta["curves"] = encode_curves(curves_);
@@ -319,7 +340,8 @@ void Trainer::train(Index max_updates) {
     }
     if (opt_.steps > 0 && step() >= opt_.steps) break;
     if (max_updates > 0 && step() - first >= max_updates) break;
-    if (opt_.minutes > 0 && elapsed() >= opt_.minutes * 60) break;
+    // Clocks differ between ranks; rank 0's decides, or one rank would wait for the others.
+    if (opt_.minutes > 0 && replicas_->rank0_decides(elapsed() >= opt_.minutes * 60)) break;
     const double loss = update();
     window_loss += loss;
     ++window_steps;
@@ -363,6 +385,7 @@ void Trainer::train(Index max_updates) {
 }
 
 void Trainer::run_validation() {
+  if (replicas_->rank() != 0) return;  // the same weights on every rank: rank 0 reports
   const Validation v = validate();
   if (!valid_batches_) return;
   const Index s = step();
@@ -382,6 +405,7 @@ void Trainer::run_validation() {
 }
 
 void Trainer::finish() {
+  if (replicas_->rank() != 0) return;
   const auto ckpts = list_checkpoints(opt_.model_dir);
   const bool validated =
       !curves_.empty() && curves_.back().step == step() && !std::isnan(curves_.back().valid_loss);

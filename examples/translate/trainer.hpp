@@ -24,6 +24,8 @@
 
 namespace attn::translate {
 
+class Replicas;  // distributed.hpp
+
 struct TrainOptions {
   std::string model_dir;
   std::string preset = "small";  ///< tiny | small | base | big
@@ -98,7 +100,9 @@ class Trainer {
   /// Trains the vocabulary on data.train (both sides) or, with options.resume, loads the
   /// directory's vocabulary and the newest checkpoint (whose stored training options win over
   /// `options` for everything that changes the result, so that resuming is exact).
-  Trainer(const TrainOptions& options, CorpusSplit data);
+  /// `replicas`: the ranks of a data-parallel job (distributed.hpp); null: one process alone.
+  Trainer(const TrainOptions& options, CorpusSplit data,
+          std::shared_ptr<Replicas> replicas = nullptr);
   ~Trainer();
 
   /// Runs updates until options.steps or options.minutes (or `max_updates` more, if > 0), or
@@ -148,7 +152,8 @@ class Trainer {
 
   TrainOptions opt_;
   CorpusSplit data_;
-  std::unique_ptr<ModelDirLock> lock_;  // held from before the first write to the directory
+  std::shared_ptr<Replicas> replicas_;  // before vocab_: rank 0 makes the vocabulary, others wait
+  std::unique_ptr<ModelDirLock> lock_;  // rank 0's, held from before the first write to the dir
   SubwordVocab vocab_;
   ProgressLine progress_;
   std::unique_ptr<Transformer<float>> model_;

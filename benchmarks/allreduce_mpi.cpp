@@ -1,0 +1,65 @@
+// The gradient all-reduce of data-parallel training, measured alone: a model of the given preset
+// and vocabulary, DataParallel::all_reduce_gradients() repeated, against MPI_Allreduce (Open
+// MPI's own algorithm, order not fixed) on one buffer of the same size.
+// Usage: mpirun -np N allreduce_mpi [preset tiny|small|base|big] [vocab] [repeats]
+// Prints on rank 0: parameters, megabytes, buckets, median milliseconds of each.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <attn/nn/transformer.hpp>
+#include <attn/train/data_parallel.hpp>
+
+namespace {
+
+template <class F>
+double median_ms(int repeats, F&& f) {
+  std::vector<double> ms;
+  for (int i = 0; i < repeats; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                     .count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  const std::string preset = argc > 1 ? argv[1] : "small";
+  const attn::Index vocab = argc > 2 ? std::atoll(argv[2]) : 8000;
+  const int repeats = argc > 3 ? std::atoi(argv[3]) : 5;
+  attn::TransformerConfig c = preset == "tiny"    ? attn::TransformerConfig::tiny(vocab)
+                              : preset == "base"  ? attn::TransformerConfig::base(vocab)
+                              : preset == "big"   ? attn::TransformerConfig::big(vocab)
+                                                  : attn::TransformerConfig::small(vocab);
+  attn::Transformer<float> model(c);
+  for (auto& p : model.parameters()) p.grad.vector().setConstant(1.0f);
+  attn::DataParallel<float> dp(model.parameters());
+  const double ring = median_ms(repeats, [&] { dp.all_reduce_gradients(); });
+  const attn::Index n = model.num_parameters();
+  std::vector<float> buffer(static_cast<std::size_t>(n), 1.0f);
+  const double library = median_ms(repeats, [&] {
+    MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
+  });
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (rank == 0)
+    std::printf("%s vocab %lld: %lld parameters, %.1f MB, %zu buckets, %d ranks: ring %.1f ms, "
+                "MPI_Allreduce %.1f ms (median of %d)\n",
+                preset.c_str(), static_cast<long long>(vocab), static_cast<long long>(n),
+                4.0 * static_cast<double>(n) / 1e6, dp.buckets(), ranks, ring, library, repeats);
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,219 @@
+#include "distributed.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include <attn/random.hpp>
+
+#ifdef ATTN_TRANSLATE_WITH_MPI
+#include <mpi.h>
+
+#include <attn/train/data_parallel.hpp>
+#endif
+
+namespace attn::translate {
+
+namespace {
+
+constexpr std::uint64_t kFnvOffset = 0xcbf29ce484222325ULL, kFnvPrime = 0x100000001b3ULL;
+
+void hash_bytes(std::uint64_t& h, const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
+}
+
+void hash_ids(std::uint64_t& h, const Tensor<TokenId>& t) {
+  const Index shape[2] = {t.size(0), t.size(1)};
+  hash_bytes(h, shape, sizeof shape);
+  hash_bytes(h, t.data(), static_cast<std::size_t>(t.numel()) * sizeof(TokenId));
+}
+
+// The longest row of `rows` in t [B, L], counting up to the last non-pad id.
+Index longest(const Tensor<TokenId>& t, const std::vector<Index>& rows, TokenId pad) {
+  Index most = 0;
+  for (Index r : rows)
+    for (Index j = t.size(1); j > most; --j)
+      if (t(r, j - 1) != pad) {
+        most = j;
+        break;
+      }
+  return most;
+}
+
+void copy_rows(const Tensor<TokenId>& from, const std::vector<Index>& rows, Index len,
+               Tensor<TokenId>& to) {
+  to.resize({static_cast<Index>(rows.size()), len});
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::copy(from.data() + rows[i] * from.size(1), from.data() + rows[i] * from.size(1) + len,
+              to.data() + static_cast<Index>(i) * len);
+}
+
+}  // namespace
+
+std::uint64_t rank_seed(std::uint64_t seed, int rank) {
+  return rank == 0 ? seed
+                   : mix64(seed ^ mix64(0x5851f42d4c957f2dULL * static_cast<unsigned>(rank)));
+}
+
+void share_batch(const Batch& full, int rank, int ranks, Batch& out) {
+  std::vector<Index> rows;
+  for (Index r = rank; r < full.rows(); r += ranks) rows.push_back(r);
+  const TokenId pad = BatchingOptions{}.pad_id;  // the trainer batches with the default options
+  const Index S = longest(full.src, rows, pad), T = longest(full.tgt_out, rows, pad);
+  copy_rows(full.src, rows, S, out.src);
+  copy_rows(full.tgt_in, rows, T, out.tgt_in);
+  copy_rows(full.tgt_out, rows, T, out.tgt_out);
+  out.pairs.clear();
+  out.src_tokens = out.tgt_tokens = 0;
+  for (Index r : rows) out.pairs.push_back(full.pairs[static_cast<std::size_t>(r)]);
+  for (TokenId id : out.src) out.src_tokens += id != pad;
+  for (TokenId id : out.tgt_out) out.tgt_tokens += id != pad;
+}
+
+std::uint64_t fingerprint(const Batcher& batches) {
+  std::uint64_t h = kFnvOffset;
+  for (const Batch& b : batches.batches()) {
+    hash_ids(h, b.src);
+    hash_ids(h, b.tgt_out);
+  }
+  return h;
+}
+
+std::uint64_t fingerprint(const std::map<std::string, std::string>& metadata) {
+  std::uint64_t h = kFnvOffset;
+  for (const auto& [key, value] : metadata) {
+    hash_bytes(h, key.data(), key.size() + 1);  // with the terminating 0: "ab"+"c" != "a"+"bc"
+    hash_bytes(h, value.data(), value.size() + 1);
+  }
+  return h;
+}
+
+#ifdef ATTN_TRANSLATE_WITH_MPI
+namespace {
+
+// The MPI side: one instance per process, between MPI_Init and MPI_Finalize.
+class MpiReplicas final : public Replicas {
+ public:
+  MpiReplicas() {
+    MPI_Init(nullptr, nullptr);
+    // MPI_ERRORS_ARE_FATAL would end a rank whose peer died without a word; errors come back as
+    // codes instead, and detail::mpi_check turns them into exceptions with MPI's message.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    rank_ = detail::comm_rank(MPI_COMM_WORLD);
+    size_ = detail::comm_size(MPI_COMM_WORLD);
+  }
+  ~MpiReplicas() override { MPI_Finalize(); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void barrier() override { detail::mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+
+  /// Ranks of this job on this machine (they share its cores).
+  int local_ranks() const {
+    MPI_Comm local;
+    detail::mpi_check(
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local),
+        "MPI_Comm_split_type");
+    const int n = detail::comm_size(local);
+    MPI_Comm_free(&local);
+    return n;
+  }
+
+  void start(Transformer<float>& model, const Batcher& batches,
+             const std::map<std::string, std::string>& metadata,
+             const TrainOptions& options) override {
+    std::map<std::string, std::string> run = metadata;
+    run["run.steps"] = std::to_string(options.steps);  // a rank that stops early hangs the rest
+    run["run.minutes"] = std::to_string(options.minutes);
+    try {
+      check_same_on_all_ranks(fingerprint(run),
+                              "training options, model configuration, vocabulary or --steps");
+      check_same_on_all_ranks(fingerprint(batches), "training batches (the data files)");
+      check_same_on_all_ranks(parameter_fingerprint(model.parameters()), "starting parameters");
+    } catch (const ConfigError& e) {
+      throw AgreedError(e.what());  // every rank saw the same fingerprints
+    }
+    model.random_state().seed = rank_seed(model.random_state().seed, rank_);
+    dp_ = std::make_unique<DataParallel<float>>(model.parameters());
+  }
+
+  bool rank0_decides(bool value) override {
+    int v = value;
+    detail::mpi_check(MPI_Bcast(&v, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
+    return v != 0;
+  }
+
+  const Batch& share(const Batch& full) override {
+    share_batch(full, rank_, size_, share_);
+    return share_;
+  }
+
+  LossStats finish_update(const LossStats& local, const std::string& error,
+                          Transformer<float>& model) override {
+    ATTN_ASSERT(dp_ != nullptr);
+    LossStats global;
+    try {
+      global = dp_->all_reduce(local, error);
+    } catch (const ReplicaError& e) {
+      throw AgreedError(e.what());
+    }
+    dp_->all_reduce_gradients();
+    // Rank 0 always has rows (row 0 of every batch), so its dropout counter has advanced once
+    // per dropout call of every batch; a rank whose share was empty catches up here.
+    std::uint64_t counter = model.random_state().counter;
+    detail::mpi_check(MPI_Bcast(&counter, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast");
+    model.random_state().counter = counter;
+    return global;
+  }
+
+  bool report_here(const std::exception& e) override {
+    if (dynamic_cast<const AgreedError*>(&e)) return rank_ == 0;
+    std::cerr << "attn-translate: error: rank " << rank_ << " of " << size_ << ": " << e.what()
+              << std::endl;
+    MPI_Abort(MPI_COMM_WORLD, 1);  // the other ranks may be waiting for this one: stop them
+    return false;
+  }
+
+ private:
+  int rank_ = 0, size_ = 1;
+  std::unique_ptr<DataParallel<float>> dp_;
+  Batch share_;
+};
+
+// Set by mpirun (Open MPI), by PMIx launchers and by MPICH's Hydra.
+bool started_by_mpirun() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(name)) return true;
+  return false;
+}
+
+}  // namespace
+#endif
+
+std::shared_ptr<Replicas> join_replicas(TrainOptions& options, bool threads_given,
+                                        bool max_tokens_per_rank) {
+#ifdef ATTN_TRANSLATE_WITH_MPI
+  if (started_by_mpirun()) {
+    auto mpi = std::make_shared<MpiReplicas>();
+    const int local = mpi->local_ranks();
+    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    if (!threads_given) options.threads = std::max(1, cores / local);
+    if (mpi->rank() == 0 && options.threads * local > cores)
+      std::cerr << "train: " << local << " ranks x " << options.threads << " threads on " << cores
+                << " cores oversubscribe this machine\n";
+    if (mpi->rank() != 0) {
+      options.quiet = true;
+      options.svg = false;
+    }
+    if (max_tokens_per_rank) options.max_tokens *= mpi->size();
+    return mpi;
+  }
+#endif
+  (void)threads_given;
+  (void)max_tokens_per_rank;  // one process: its share is the whole batch either way
+  return std::make_shared<Replicas>();
+}
+
+}  // namespace attn::translate

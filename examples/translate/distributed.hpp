@@ -1,0 +1,96 @@
+// Data-parallel training for attn-translate: `mpirun -np N attn-translate train ...` runs N copies
+// of the trainer (ranks) that hold the same model. Every update, each rank reads the same batch
+// (same seed, same order) and trains on its own share of the rows; the ranks then sum their
+// gradients and loss statistics (attn/train/data_parallel.hpp), so the update is the one a
+// single process would make on the whole batch. --max-tokens stays the size of one update; with
+// --max-tokens-per-rank it is one rank's share and an update is N times as large.
+//
+// Who does what:
+//   rank 0      trains the vocabulary, writes checkpoints, curves, SVGs and the log, validates;
+//   every rank  reads the data and the newest checkpoint (--resume) from the same model
+//               directory, which must therefore be on a file system all machines share;
+//   dropout     rank r draws from its own stream, rank_seed(seed, r) (rank 0: the seed itself), at
+//               the counter all ranks share, so a checkpoint holds nothing rank-specific and
+//               --resume with the same N continues bit-identically.
+// An error on one rank during an update (NaN loss, bad batch) reaches every rank at the end of the
+// update and each throws AgreedError with the failing rank's message; an error elsewhere (reading
+// data, the vocabulary) prints the message with the rank and stops the job (MPI_Abort).
+//
+// This header needs no MPI: the base class Replicas is one process alone, and attn-translate
+// built without MPI (or started without mpirun) uses only it.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+
+#include <attn/error.hpp>
+#include <attn/nn/transformer.hpp>
+#include <attn/train/label_smoothed_loss.hpp>
+
+#include "batching.hpp"
+#include "trainer.hpp"
+
+namespace attn::translate {
+
+/// An error every rank throws at the same point with the same message.
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The ranks of a training job, as one rank sees them. This base class is one process alone:
+/// nothing to exchange, its share of a batch is the whole batch.
+class Replicas {
+ public:
+  virtual ~Replicas() = default;
+  virtual int rank() const { return 0; }
+  virtual int size() const { return 1; }
+  /// Returns when every rank has arrived (ranks > 0 wait here while rank 0 makes the vocabulary).
+  virtual void barrier() {}
+  /// Once the model is built or resumed: gives this rank its dropout stream and checks that every
+  /// rank starts from the same parameters, training batches, checkpoint metadata (configuration,
+  /// vocabulary, training options) and stopping rules (AgreedError otherwise).
+  virtual void start(Transformer<float>& /*model*/, const Batcher& /*batches*/,
+                     const std::map<std::string, std::string>& /*metadata*/,
+                     const TrainOptions& /*options*/) {}
+  /// Rank 0's `value` on every rank: decisions that must not differ (stop on wall time).
+  virtual bool rank0_decides(bool value) { return value; }
+  /// This rank's rows of `full`, trimmed to their own longest sentences; no rows at all when
+  /// the batch has fewer rows than ranks. Valid until the next call.
+  virtual const Batch& share(const Batch& full) { return full; }
+  /// After the backward passes of one update: sums the gradients over the ranks, keeps the
+  /// dropout counters in step and returns the global statistics. If `error` is not empty on any
+  /// rank, every rank throws AgreedError with the first failing rank's message instead.
+  virtual LossStats finish_update(const LossStats& local, const std::string& error,
+                                  Transformer<float>& /*model*/) {
+    ATTN_CHECK(error.empty(), AgreedError, error);
+    return local;
+  }
+  /// Whether this process should print `e`: always alone, on rank 0 only for an AgreedError. An
+  /// error of this rank alone is printed here with the rank, and the job stops (MPI_Abort).
+  virtual bool report_here(const std::exception& /*e*/) { return true; }
+};
+
+/// Joins the MPI job when this process was started by mpirun and attn-translate was built with
+/// MPI; one process alone otherwise. Adapts `options` to this rank: ranks > 0 are quiet and write
+/// no SVGs; unless `threads_given`, threads = cores / ranks on this machine (at least 1), so that
+/// ranks x threads do not oversubscribe; with `max_tokens_per_rank`, max_tokens *= N.
+std::shared_ptr<Replicas> join_replicas(TrainOptions& options, bool threads_given,
+                                        bool max_tokens_per_rank);
+
+/// The dropout seed of rank `rank`: `seed` itself on rank 0, so that a one-rank run is unchanged.
+std::uint64_t rank_seed(std::uint64_t seed, int rank);
+
+/// Rows rank, rank + ranks, ... of `full` into `out`, padded only to their own longest source
+/// and target.
+void share_batch(const Batch& full, int rank, int ranks, Batch& out);
+
+/// A 64-bit fingerprint of every batch's token ids, in batch order.
+std::uint64_t fingerprint(const Batcher& batches);
+/// A 64-bit fingerprint of every key and value.
+std::uint64_t fingerprint(const std::map<std::string, std::string>& metadata);
+
+}  // namespace attn::translate

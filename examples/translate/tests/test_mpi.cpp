@@ -1,0 +1,171 @@
+// `mpirun -np 2 attn-translate train` (distributed.hpp): two ranks with half of every batch train
+// the model one process trains on the whole batch, a resumed two-rank run continues bit-exactly,
+// only rank 0 writes, and a failure on one rank stops the job with its message. Built and run
+// only when MPI was found; ATTN_MPIEXEC is "mpiexec --oversubscribe --allow-run-as-root ...".
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include <attn/train/safetensors.hpp>
+
+#include "corpus_io.hpp"
+#include "translate_fixture.hpp"
+
+namespace tr = attn::translate;
+namespace fs = std::filesystem;
+using namespace attn::translate::testing;
+
+namespace {
+
+class Mpi : public TempDirTest {
+ protected:
+  void SetUp() override {
+    TempDirTest::SetUp();
+    const tr::CorpusSplit d = split();
+    tr::write_lines(dir("train.en"), d.train.src);
+    tr::write_lines(dir("train.de"), d.train.tgt);
+  }
+  /// Flags shared by every run: the tiny preset on the synthetic corpus, several batches of
+  /// several rows per update (so both sharing and accumulation are exercised), 1 thread a rank.
+  std::string common(double dropout) const {
+    return "--threads 1 --src " + dir("train.en") + " --tgt " + dir("train.de") +
+           " --preset tiny --dropout " + std::to_string(dropout) +
+           " --vocab-size 60 --max-tokens 128 --tokens-per-update 300 --max-len 32 --warmup 20"
+           " --valid-every 0 --checkpoint-every 0 --svg 0 --log-every 1";
+  }
+  CliResult run(const std::string& args) const { return run_cli(args, root_.string()); }
+  /// `mpiexec <launch>`: "-n 2 BIN args" or an MPMD line "-n 1 BIN a : -n 1 BIN b".
+  CliResult mpirun(const std::string& launch) const {
+    const std::string out = dir("mpi.stdout"), err = dir("mpi.stderr");
+    const int rc = std::system(
+        (std::string(ATTN_MPIEXEC) + " " + launch + " > " + out + " 2> " + err + " < /dev/null")
+            .c_str());
+    CliResult r;
+    if (WIFEXITED(rc)) r.exit_code = WEXITSTATUS(rc);
+    r.out = read_file(out);
+    r.err = read_file(err);
+    return r;
+  }
+  CliResult two_ranks(const std::string& args) const {
+    return mpirun("-n 2 " + std::string(ATTN_TRANSLATE_BIN) + " " + args);
+  }
+};
+
+std::set<std::string> files_in(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+// ||a - b|| / ||a|| over elements [begin, end) of two float tensors.
+double relative_error(const attn::Tensor<float>& a, const attn::Tensor<float>& b, attn::Index begin,
+                      attn::Index end) {
+  double diff = 0, norm = 0;
+  for (attn::Index i = begin; i < end; ++i) {
+    diff += std::pow(double(a.data()[i]) - b.data()[i], 2);
+    norm += std::pow(double(a.data()[i]), 2);
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+TEST_F(Mpi, TwoRanksWithHalfOfEachBatchTrainWhatOneProcessTrainsOnTheWholeBatch) {
+  const std::string one = dir("one"), two = dir("two");
+  CliResult r = run("train --model-dir " + one + " --steps 2 " + common(0));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = two_ranks("train --model-dir " + two + " --steps 2 " + common(0));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Rank 0 logs the global loss: the same figures as one process, once.
+  EXPECT_TRUE(contains(r.err, "step 2 | loss ")) << r.err;
+  const CliResult alone = run("train --model-dir " + dir("again") + " --steps 2 " + common(0));
+  const auto loss_of = [](const std::string& log) {
+    const auto at = log.find("step 2 | loss ");
+    return at == std::string::npos ? std::string() : log.substr(at, 24);
+  };
+  EXPECT_EQ(loss_of(r.err), loss_of(alone.err));
+  // Only rank 0 writes: the same files as one process.
+  EXPECT_EQ(files_in(two), files_in(one));
+  const auto a = attn::load_safetensors(one + "/checkpoint_2.safetensors");
+  const auto b = attn::load_safetensors(two + "/checkpoint_2.safetensors");
+  const attn::Index D = std::stoll(a.metadata().at("config.d_model"));
+  int compared = 0;
+  for (const std::string& name : a.names()) {
+    if (a.info(name).dtype != attn::Dtype::F32) continue;
+    const auto x = a.tensor<float>(name), y = b.tensor<float>(name);
+    if (name.find("in_proj_bias") == std::string::npos) {
+      EXPECT_LE(relative_error(x, y, 0, x.numel()), 1e-6) << name;
+    } else {
+      // in_proj_bias = [query; key; value] biases. The key bias cannot change the output (it
+      // adds q . b_k to every score of a query, and softmax ignores a shift): its gradient is
+      // zero in exact arithmetic, so float rounding noise is all there is, different in the
+      // two computations, and Adam divides it by its own size (sqrt(v) + 1e-9) into steps of
+      // about +-lr. It is compared as what it is: bounded by the learning rates taken.
+      EXPECT_LE(relative_error(x, y, 0, D), 1e-6) << name << " (query)";
+      EXPECT_LE(relative_error(x, y, 2 * D, 3 * D), 1e-6) << name << " (value)";
+      if (name.rfind("adam.", 0) != 0) {
+        for (attn::Index i = D; i < 2 * D; ++i) EXPECT_LE(std::abs(x.data()[i]), 0.02) << name;
+      }
+    }
+    ++compared;
+  }
+  EXPECT_GT(compared, 50);  // parameters and both Adam moments
+}
+
+TEST_F(Mpi, ResumeWithTheSameRanksIsBitExact) {
+  // Dropout on: each rank's stream must be restored from a checkpoint that holds only rank 0's.
+  const std::string a = dir("a"), b = dir("b");
+  CliResult r = two_ranks("train --model-dir " + a + " --steps 2 " + common(0.1));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = two_ranks("train --model-dir " + a + " --steps 4 --resume " + common(0.1));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = two_ranks("train --model-dir " + b + " --steps 4 " + common(0.1));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* f : {"checkpoint_4.safetensors", "model.safetensors"}) {
+    const std::string x = read_file(a + "/" + f);
+    EXPECT_FALSE(x.empty()) << f;
+    EXPECT_TRUE(x == read_file(b + "/" + f)) << f;
+  }
+  // The ranks' dropout streams differ: one process with dropout trains another model.
+  r = run("train --model-dir " + dir("one") + " --steps 4 " + common(0.1));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(read_file(dir("one") + "/checkpoint_4.safetensors") ==
+               read_file(b + "/checkpoint_4.safetensors"));
+}
+
+TEST_F(Mpi, ABadFileOnOneRankStopsEveryRankWithItsMessage) {
+  // Rank 1's copy of the corpus is corrupt (on another machine, say); rank 0 is waiting for it.
+  std::string bytes = read_file(dir("train.en"));
+  bytes.insert(bytes.find('\n') + 1, "\xff\xfe broken\n");
+  write_file(dir("bad.en"), bytes);
+  const std::string bin = ATTN_TRANSLATE_BIN;
+  const std::string args = " train --model-dir " + dir("m") + " --steps 50 " + common(0);
+  std::string bad_args = args;
+  bad_args.replace(bad_args.find(dir("train.en")), dir("train.en").size(), dir("bad.en"));
+  const auto start = std::chrono::steady_clock::now();
+  const CliResult r = mpirun("-n 1 " + bin + args + " : -n 1 " + bin + bad_args);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.err, "attn-translate: error: rank 1 of 2: ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "bad.en")) << r.err;
+  EXPECT_TRUE(contains(r.err, "UTF-8")) << r.err;
+  EXPECT_LT(seconds, 30);
+  EXPECT_FALSE(fs::exists(dir("m") + "/model.safetensors"));
+}
+
+TEST_F(Mpi, RanksThatWouldTrainDifferentlyAreStoppedBeforeTheFirstStep) {
+  // Different --steps would leave one rank waiting for the other: refused, by every rank at once.
+  const std::string bin = ATTN_TRANSLATE_BIN;
+  const std::string args = " train --model-dir " + dir("m") + " " + common(0);
+  const CliResult r =
+      mpirun("-n 1 " + bin + args + " --steps 3 : -n 1 " + bin + args + " --steps 4");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "attn-translate: error: rank 1's training options")) << r.err;
+  EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;  // agreed, so no rank is killed
+  EXPECT_FALSE(fs::exists(dir("m") + "/checkpoint_3.safetensors"));
+}
+
+}  // namespace

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Data-parallel scaling on one machine: 2 ranks x 1 thread (mpirun) against 1 rank x 2 threads
+# (plain attn-translate), training tokens/s of the small and base presets, alternating the two
+# configurations for ROUNDS rounds and reporting the median; then the gradient all-reduce alone
+# (allreduce_mpi). Run it on a quiet machine: other jobs make every figure meaningless.
+#
+# Usage: bash scripts/bench_mpi.sh [build dir, default build-bench]
+# Environment (defaults in brackets):
+#   PRESETS [small base]  ROUNDS [3]  STEPS [40] updates per run, the second half is timed
+#   MAX_TOKENS [4096]  SRC/TGT [unset: the built-in gettext corpus]  VOCAB [8000]
+# A smoke test with tiny settings: PRESETS=tiny STEPS=4 ROUNDS=3 VOCAB=60 MAX_TOKENS=256 \
+#   SRC=train.en TGT=train.de bash scripts/bench_mpi.sh build
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-bench}
+PRESETS=${PRESETS:-small base}
+ROUNDS=${ROUNDS:-3}
+STEPS=${STEPS:-40}
+MAX_TOKENS=${MAX_TOKENS:-4096}
+VOCAB=${VOCAB:-8000}
+(( STEPS >= 2 && STEPS % 2 == 0 )) || { echo "STEPS must be even and >= 2" >&2; exit 1; }
+
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DATTN_NATIVE=ON >/dev/null
+fi
+cmake --build "$build" -j2 --target attn-translate allreduce_mpi >/dev/null
+bin="$build/examples/translate/attn-translate"
+[ -x "$build/benchmarks/allreduce_mpi" ] || { echo "no allreduce_mpi: was MPI found?" >&2; exit 1; }
+mpirun=(mpirun --allow-run-as-root)
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+data=()
+[ -n "${SRC:-}" ] && data=(--src "$SRC" --tgt "${TGT:?TGT goes with SRC}")
+
+# tokens/s of the second half of a run: the last progress line covers updates STEPS/2+1..STEPS.
+tokens_per_second() {
+  sed -n 's/.* | \([0-9]*\) tok\/s | .*/\1/p' "$1" | tail -1
+}
+
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+run() {  # run <preset> <config> <round>: prints tokens/s
+  local preset=$1 config=$2 round=$3 dir="$work/$1-$2-$3" log="$work/$1-$2-$3.log"
+  local args=(train --model-dir "$dir" --preset "$preset" --steps "$STEPS" --log-every
+              $((STEPS / 2)) --max-tokens "$MAX_TOKENS" --vocab-size "$VOCAB" --valid-every 0
+              --checkpoint-every 0 --svg 0 --show 0 "${data[@]}")
+  if [ "$config" = 2x1 ]; then
+    "${mpirun[@]}" -np 2 --bind-to core "$bin" "${args[@]}" --threads 1 >/dev/null 2>"$log"
+  else
+    "$bin" "${args[@]}" --threads 2 >/dev/null 2>"$log"
+  fi
+  tokens_per_second "$log"
+}
+
+echo "## attn $(git rev-parse --short HEAD), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+echo "| preset | 1 rank x 2 threads, tok/s | 2 ranks x 1 thread, tok/s | 2x1 / 1x2 | rounds |"
+echo "|---|---|---|---|---|"
+for preset in $PRESETS; do
+  one=() two=()
+  for round in $(seq "$ROUNDS"); do  # alternate, so that drift in the machine hits both alike
+    one+=("$(run "$preset" 1x2 "$round")")
+    two+=("$(run "$preset" 2x1 "$round")")
+  done
+  m1=$(printf '%s\n' "${one[@]}" | median)
+  m2=$(printf '%s\n' "${two[@]}" | median)
+  ratio=$(awk -v a="$m2" -v b="$m1" 'BEGIN { printf "%.2f", a / b }')
+  echo "| $preset | $m1 | $m2 | $ratio | 1x2: ${one[*]}; 2x1: ${two[*]} |"
+done
+
+echo
+echo "## gradient all-reduce alone, 2 ranks (ring = DataParallel, fixed order; MPI_Allreduce = Open MPI's choice)"
+for preset in $PRESETS; do
+  "${mpirun[@]}" -np 2 --bind-to core "$build/benchmarks/allreduce_mpi" "$preset" "$VOCAB" 5
+done

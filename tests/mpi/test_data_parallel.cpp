@@ -1,0 +1,202 @@
+// attn/train/data_parallel.hpp under mpirun (ctest runs it on 2 and on 3 ranks): the ring
+// all-reduce, the gradient all-reduce against one process on the whole batch, loss statistics
+// and the agreement on errors. Every rank runs every test; a failure on any rank fails the job.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <attn/train/clip.hpp>
+#include <attn/train/data_parallel.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "training_task.hpp"
+
+namespace attn {
+namespace {
+
+int world_rank() { return detail::comm_rank(MPI_COMM_WORLD); }
+int world_size() { return detail::comm_size(MPI_COMM_WORLD); }
+
+/// Rows rank, rank + N, ... of `b`: this rank's share of a batch (padding kept).
+testing::Batch share_of(const testing::Batch& b, int rank, int ranks) {
+  const Index rows = b.src.size(0);
+  const Index mine = (rows - rank + ranks - 1) / ranks;
+  testing::Batch s;
+  s.src = Tensor<TokenId>({mine, b.src.size(1)});
+  s.tgt_in = Tensor<TokenId>({mine, b.tgt_in.size(1)});
+  s.tgt_out = Tensor<TokenId>({mine, b.tgt_out.size(1)});
+  for (Index i = 0; i < mine; ++i) {
+    const Index r = rank + i * ranks;
+    for (Index j = 0; j < b.src.size(1); ++j) s.src(i, j) = b.src(r, j);
+    for (Index j = 0; j < b.tgt_in.size(1); ++j) {
+      s.tgt_in(i, j) = b.tgt_in(r, j);
+      s.tgt_out(i, j) = b.tgt_out(r, j);
+    }
+  }
+  return s;
+}
+
+TEST(RingAllReduce, SumsIntegersExactlyForEverySizeIncludingFewerElementsThanRanks) {
+  const int rank = world_rank(), ranks = world_size();
+  for (Index n : {Index{0}, Index{1}, Index{2}, Index{5}, Index{1000}, Index{4097}}) {
+    std::vector<float> data(static_cast<std::size_t>(n)), scratch(n / ranks + 1);
+    for (Index i = 0; i < n; ++i) data[i] = static_cast<float>((rank + 1) * 1000 + i % 97);
+    ring_all_reduce(data.data(), n, scratch.data(), MPI_COMM_WORLD);
+    const double rank_sum = ranks * (ranks + 1) / 2 * 1000.0;
+    for (Index i = 0; i < n; ++i)
+      ASSERT_EQ(data[i], static_cast<float>(rank_sum + ranks * (i % 97)))
+          << "n " << n << " i " << i;
+  }
+}
+
+TEST(RingAllReduce, SameBitsOnEveryRankAndInEveryRun) {
+  const int rank = world_rank();
+  const Index n = 10007;
+  std::vector<float> first(n), again(n), scratch(n);
+  Rng rng(42 + rank);
+  for (float& v : first) v = static_cast<float>(rng.normal() * std::pow(10.0, rng.uniform(-6, 6)));
+  again = first;
+  ring_all_reduce(first.data(), n, scratch.data(), MPI_COMM_WORLD);
+  ring_all_reduce(again.data(), n, scratch.data(), MPI_COMM_WORLD);
+  ASSERT_EQ(0, std::memcmp(first.data(), again.data(), n * sizeof(float)));
+  Tensor<float> t({n});
+  std::copy(first.begin(), first.end(), t.data());
+  EXPECT_NO_THROW(
+      check_same_on_all_ranks(parameter_fingerprint<float>({{"sum", t, t}}), "reduced values"));
+}
+
+// Plain SGD, theta -= lr g: the parameters then differ exactly as much as the gradients do.
+// (Adam would divide each gradient by sqrt(v) + eps, eps = 1e-9: the key part of in_proj_bias has
+// a gradient that is zero in exact arithmetic, softmax being invariant to a per-query shift, so
+// its ~1e-17 rounding noise, which differs between the two computations, becomes updates of
+// lr * 1e-8 that are all noise. That is Adam's property, not the reduction's.)
+template <class T>
+void sgd_step(const std::vector<NamedParameter<T>>& params, double lr) {
+  for (auto p : params) p.value.vector() -= static_cast<T>(lr) * p.grad.vector();
+}
+
+// k steps with per-rank batch b on N ranks against one process with batch N b, in double,
+// dropout off: the parameters agree to 1e-12 relative on every rank.
+void expect_same_as_one_process(std::size_t bucket_bytes) {
+  const int rank = world_rank(), ranks = world_size();
+  const Index vocab = 23, b = 3, steps = 4;
+  const double lr = 0.5;
+  const TransformerConfig config = testing::task_config(vocab, 0.0);
+  ASSERT_TRUE(config.share_embeddings);  // the tied weight must be reduced once
+  testing::Trainer<double> whole(config), replica(config);
+  DataParallelOptions options;
+  options.bucket_bytes = bucket_bytes;
+  DataParallel<double> dp(replica.model.parameters(), MPI_COMM_WORLD, options);
+  for (Index k = 0; k < steps; ++k) {
+    const testing::Batch batch = testing::stream_batch(5, k, b * ranks, vocab);
+    const Index tokens = count_tokens(batch.tgt_out, testing::kPad);
+    whole.adam.zero_grad();
+    whole.loss.forward_backward(whole.model.forward(batch.src, batch.tgt_in), batch.tgt_out,
+                                1.0 / static_cast<double>(tokens), k + 1);
+    whole.model.backward(whole.loss.dlogits());
+    sgd_step(whole.model.parameters(), lr);
+
+    const testing::Batch mine = share_of(batch, rank, ranks);
+    replica.adam.zero_grad();
+    const LossStats local = replica.loss.forward_backward(
+        replica.model.forward(mine.src, mine.tgt_in), mine.tgt_out, 1.0, k + 1);
+    replica.model.backward(replica.loss.dlogits());
+    const LossStats global = dp.all_reduce(local);
+    ASSERT_EQ(global.tokens, tokens);
+    dp.all_reduce_gradients();
+    scale_gradients(replica.model.parameters(), 1.0 / static_cast<double>(global.tokens));
+    sgd_step(replica.model.parameters(), lr);
+  }
+  const auto expected = whole.model.parameters(), got = replica.model.parameters();
+  const testing::Trainer<double> untrained(config);
+  const auto initial = untrained.model.parameters();
+  ASSERT_EQ(expected.size(), got.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double scale = expected[i].value.vector().cwiseAbs().maxCoeff();
+    const double diff = (expected[i].value.vector() - got[i].value.vector()).cwiseAbs().maxCoeff();
+    EXPECT_LE(diff, 1e-12 * scale) << got[i].name << " on rank " << rank;
+    // The test means something: every tensor moved, by far more than the tolerance.
+    EXPECT_GT((initial[i].value.vector() - got[i].value.vector()).cwiseAbs().maxCoeff(),
+              1e-6 * scale)
+        << got[i].name;
+  }
+  EXPECT_NO_THROW(check_same_on_all_ranks(parameter_fingerprint(got), "parameters"));
+}
+
+TEST(DataParallel, RanksWithShareOfBatchEqualOneProcessWithWholeBatch) {
+  expect_same_as_one_process(DataParallelOptions{}.bucket_bytes);
+}
+
+TEST(DataParallel, SmallBucketsPackSeveralTensorsAndGiveTheSameResult) {
+  expect_same_as_one_process(4096);
+}
+
+TEST(DataParallel, BucketsAreFewAndCoverEveryParameterOnce) {
+  testing::Trainer<float> t(testing::task_config(23, 0.0));
+  const auto params = t.model.parameters();
+  DataParallel<float> one_bucket(params);
+  EXPECT_EQ(one_bucket.buckets(), 1u);  // ~60 K floats fit one 32 MB bucket
+  DataParallelOptions o;
+  o.bucket_bytes = 16384;
+  DataParallel<float> several(params, MPI_COMM_WORLD, o);
+  EXPECT_GT(several.buckets(), 1u);
+  EXPECT_LT(several.buckets(), params.size());
+}
+
+TEST(DataParallel, LossStatisticsAreSummedOverRanks) {
+  const int rank = world_rank(), ranks = world_size();
+  testing::Trainer<float> t(testing::task_config(23, 0.0));
+  DataParallel<float> dp(t.model.parameters());
+  LossStats local;
+  local.smoothed_loss = 1.5 * (rank + 1);
+  local.nll = 0.25 * (rank + 1);
+  local.tokens = 10 * (rank + 1);
+  const LossStats sum = dp.all_reduce(local);
+  const double n = ranks * (ranks + 1) / 2;
+  EXPECT_EQ(sum.smoothed_loss, 1.5 * n);
+  EXPECT_EQ(sum.nll, 0.25 * n);
+  EXPECT_EQ(sum.tokens, static_cast<Index>(10 * n));
+}
+
+TEST(DataParallel, AnErrorOnOneRankIsThrownOnEveryRankWithItsMessage) {
+  const int rank = world_rank(), ranks = world_size();
+  testing::Trainer<float> t(testing::task_config(23, 0.0));
+  DataParallel<float> dp(t.model.parameters());
+  const int bad = ranks - 1;
+  const std::string error = rank == bad ? "loss is NaN at step 7" : "";
+  try {
+    dp.all_reduce(LossStats{}, error);
+    ADD_FAILURE() << "expected ReplicaError on rank " << rank;
+  } catch (const ReplicaError& e) {
+    EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(bad) + " of " +
+                                         std::to_string(ranks) + ": loss is NaN at step 7");
+  }
+  // The ranks are in step again: the next reduction works.
+  EXPECT_EQ(dp.all_reduce(LossStats{}).tokens, 0);
+}
+
+TEST(DataParallel, DifferentStartingPointsAreNamed) {
+  const int rank = world_rank();
+  try {
+    check_same_on_all_ranks(rank == 1 ? 2 : 1, "training data");
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1's training data differ from rank 0's"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace attn
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  int failed = RUN_ALL_TESTS(), any_failed = 0;
+  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return any_failed;
+}
