@@ -1,8 +1,10 @@
-// kernels::gemm: the row-split product every Linear runs. Checked against a plain triple loop in
-// double, and for bitwise equality between 1 and 2 threads (the reason blocks are cut at
-// multiples of kGemmRowGrain rows).
+// kernels::gemm, the product every Linear runs, on both of its paths: attn's AVX-512 GEMM (where
+// the CPU has it) and the Eigen fallback. Each is checked against the definition (gemm_naive summed
+// in long double) on odd shapes, every operand layout a Transformer step uses, accumulation and the
+// epilogue, and for bitwise equality between 1 and 2 threads.
 #include "attn/kernels/gemm.hpp"
 
+#include "attn/kernels/gemm_naive.hpp"
 #include "pch.hpp"
 
 namespace attn {
@@ -16,60 +18,175 @@ RowMatrix<T> random_matrix(Index rows, Index cols, std::uint64_t seed) {
   return m;
 }
 
-// c = a b by the definition, summed in long double.
+// c = a b (+ start) by the definition, summed in long double.
 template <class A, class B>
-RowMatrix<double> reference_product(const A& a, const B& b) {
-  RowMatrix<double> c(a.rows(), b.cols());
-  for (Index i = 0; i < a.rows(); ++i)
-    for (Index j = 0; j < b.cols(); ++j) {
-      long double s = 0;
-      for (Index k = 0; k < a.cols(); ++k)
-        s += static_cast<long double>(a(i, k)) * static_cast<long double>(b(k, j));
-      c(i, j) = static_cast<double>(s);
+RowMatrix<double> reference_product(const A& a, const B& b, const float* bias = nullptr,
+                                    bool relu = false) {
+  RowMatrix<long double> c = RowMatrix<long double>::Zero(a.rows(), b.cols());
+  kernels::gemm_naive<long double>(c, a.template cast<long double>(), b.template cast<long double>(),
+                                   false);
+  for (Index i = 0; i < c.rows(); ++i)
+    for (Index j = 0; j < c.cols(); ++j) {
+      if (bias != nullptr) c(i, j) += bias[j];
+      if (relu) c(i, j) = std::max<long double>(c(i, j), 0);
     }
-  return c;
+  return c.cast<double>();
 }
 
-class GemmThreads : public ::testing::Test {
+// The paths this machine can run: Eigen always, AVX-512 where the CPU has it.
+std::vector<kernels::GemmPath> available_paths() {
+  std::vector<kernels::GemmPath> paths{kernels::GemmPath::eigen};
+#if defined(ATTN_HAVE_AVX512_GEMM)
+  if (kernels::detail::cpu_has_avx512()) paths.push_back(kernels::GemmPath::avx512);
+#endif
+  return paths;
+}
+
+const char* name_of(kernels::GemmPath p) {
+  return p == kernels::GemmPath::avx512 ? "avx512" : "eigen";
+}
+
+class Gemm : public ::testing::Test {
  protected:
-  void TearDown() override { set_num_threads(1); }
+  void TearDown() override {
+    set_num_threads(1);
+    kernels::set_gemm_path(kernels::GemmPath::automatic);
+  }
 };
 
-// Sizes big enough to split (work >= kGemmParallelMinWork) with ragged row counts, so the last
-// block is partial and some rows fall in Eigen's remainder panels.
-TEST_F(GemmThreads, MatchesTheDefinitionAndIsBitwiseEqualOnOneAndTwoThreads) {
-  for (const auto& [M, K, N] : std::vector<std::array<Index, 3>>{
-           {1000, 96, 130}, {257, 512, 64}, {2049, 33, 100}, {4096, 64, 8}, {49, 512, 512}}) {
-    SCOPED_TRACE(::testing::Message() << "M=" << M << " K=" << K << " N=" << N);
-    const auto a = random_matrix<float>(M, K, 1);
-    const auto b = random_matrix<float>(K, N, 2);
-    RowMatrix<float> c1(M, N), c2(M, N);
-    set_num_threads(1);
-    kernels::gemm(c1, a, b, false);
-    set_num_threads(2);
-    kernels::gemm(c2, a, b, false);
-    EXPECT_TRUE((c1.array() == c2.array()).all()) << "results differ between 1 and 2 threads";
-    const auto ref = reference_product(a, b);
-    EXPECT_LT((c1.cast<double>() - ref).cwiseAbs().maxCoeff(), 1e-4 * static_cast<double>(K));
+// Sizes big enough to split over threads, with ragged row and column counts and depths that are
+// not multiples of the kernel's 256-deep blocks.
+TEST_F(Gemm, MatchesTheDefinitionAndIsBitwiseEqualOnOneAndTwoThreadsOnEveryPath) {
+  for (kernels::GemmPath path : available_paths()) {
+    kernels::set_gemm_path(path);
+    for (const auto& [M, K, N] : std::vector<std::array<Index, 3>>{
+             {1000, 96, 130}, {257, 512, 64}, {2049, 33, 100}, {4096, 64, 8}, {49, 513, 512}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << name_of(path) << " M=" << M << " K=" << K << " N=" << N);
+      const auto a = random_matrix<float>(M, K, 1);
+      const auto b = random_matrix<float>(K, N, 2);
+      RowMatrix<float> c1(M, N), c2(M, N);
+      set_num_threads(1);
+      kernels::gemm(c1, a, b, false);
+      set_num_threads(2);
+      kernels::gemm(c2, a, b, false);
+      EXPECT_TRUE((c1.array() == c2.array()).all()) << "results differ between 1 and 2 threads";
+      const auto ref = reference_product(a, b);
+      EXPECT_LT((c1.cast<double>() - ref).cwiseAbs().maxCoeff(), 1e-6 * static_cast<double>(K));
+    }
   }
 }
 
-TEST_F(GemmThreads, AccumulatesAndTakesTransposedOperands) {
-  // dW += dY^T X, the shape of Linear's weight gradient: rows of the result are columns of dY.
+#if defined(ATTN_HAVE_AVX512_GEMM)
+// The packed kernel itself, called directly so that even 1-row products reach it: every edge of
+// the 12 x 32 register tile and of the 256-deep blocks, the three operand layouts of a Linear
+// (x W^T, dy W, dy^T x), accumulation, and the bias + ReLU epilogue.
+TEST_F(Gemm, PackedKernelMatchesTheDefinitionOnOddShapesAndEveryLayout) {
+  if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  using kernels::detail::StridedMatrix;
+  const std::vector<Index> sizes{1, 7, 47, 49, 1000};
+  for (Index M : sizes)
+    for (Index N : sizes)
+      for (Index K : {Index(1), Index(255), Index(257), Index(600)}) {
+        if (M * N * K > 20'000'000) continue;  // the long-double reference is slow
+        const auto a = random_matrix<float>(M, K, 3), at_store = random_matrix<float>(K, M, 4);
+        const auto b = random_matrix<float>(K, N, 5), bt_store = random_matrix<float>(N, K, 6);
+        const auto bias = random_matrix<float>(1, N, 7), start = random_matrix<float>(M, N, 8);
+        for (int layout = 0; layout < 3; ++layout) {
+          // 0: a b, 1: a (b')^T (the forward x W^T), 2: (a')^T b (the weight gradient dy^T x)
+          const bool ta = layout == 2, tb = layout == 1;
+          const StridedMatrix<const float> av =
+              ta ? StridedMatrix<const float>{at_store.data(), M, K, 1, M}
+                 : StridedMatrix<const float>{a.data(), M, K, K, 1};
+          const StridedMatrix<const float> bv =
+              tb ? StridedMatrix<const float>{bt_store.data(), K, N, 1, K}
+                 : StridedMatrix<const float>{b.data(), K, N, N, 1};
+          const RowMatrix<float> a_used = ta ? RowMatrix<float>(at_store.transpose()) : a;
+          const RowMatrix<float> b_used = tb ? RowMatrix<float>(bt_store.transpose()) : b;
+          for (bool accumulate : {false, true}) {
+            SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K
+                                              << " layout=" << layout << " acc=" << accumulate);
+            RowMatrix<float> c = start;
+            const bool relu = accumulate;  // the epilogue both on and off
+            kernels::detail::gemm_packed(av, bv, {c.data(), M, N, N, 1}, accumulate,
+                                         {bias.data(), relu}, 2);
+            RowMatrix<double> expected = reference_product(a_used, b_used);
+            if (accumulate) expected += start.cast<double>();
+            for (Index i = 0; i < M; ++i)
+              for (Index j = 0; j < N; ++j) {
+                expected(i, j) += bias(0, j);
+                if (relu) expected(i, j) = std::max(expected(i, j), 0.0);
+              }
+            EXPECT_LT((c.cast<double>() - expected).cwiseAbs().maxCoeff(),
+                      2e-7 * static_cast<double>(K) + 1e-6);
+          }
+        }
+      }
+}
+
+// Few-row products (decoding) stream B instead of packing it, split by columns over threads.
+TEST_F(Gemm, FewRowProductsMatchTheDefinitionAndAreBitwiseEqualOnOneAndTwoThreads) {
+  if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  kernels::set_gemm_path(kernels::GemmPath::avx512);
+  for (Index M : {1, 7, 15})
+    for (Index N : {1, 47, 1000, 2049})
+      for (Index K : {1, 31, 512}) {
+        SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K);
+        const auto x = random_matrix<float>(M, K, 11), w = random_matrix<float>(N, K, 12);
+        const auto b = random_matrix<float>(K, N, 13), bias = random_matrix<float>(1, N, 14);
+        const auto start = random_matrix<float>(M, N, 15);
+        RowMatrix<float> y1(M, N), y2(M, N), z1 = start, z2 = start;
+        set_num_threads(1);
+        kernels::gemm(y1, x, w.transpose(), false, kernels::Epilogue<float>{bias.data(), true});
+        kernels::gemm(z1, x, b, true);
+        set_num_threads(2);
+        kernels::gemm(y2, x, w.transpose(), false, kernels::Epilogue<float>{bias.data(), true});
+        kernels::gemm(z2, x, b, true);
+        EXPECT_TRUE((y1.array() == y2.array()).all() && (z1.array() == z2.array()).all())
+            << "results differ between 1 and 2 threads";
+        const auto y_ref = reference_product(x, w.transpose(), bias.data(), true);
+        const RowMatrix<double> z_ref = start.cast<double>() + reference_product(x, b);
+        EXPECT_LT((y1.cast<double>() - y_ref).cwiseAbs().maxCoeff(), 1e-6 * K);
+        EXPECT_LT((z1.cast<double>() - z_ref).cwiseAbs().maxCoeff(), 1e-6 * K);
+      }
+}
+
+TEST_F(Gemm, AutomaticPathIsAvx512WhereTheCpuHasIt) {
+  kernels::set_gemm_path(kernels::GemmPath::automatic);
+  const char* env = std::getenv("ATTN_GEMM");
+  const bool forced_eigen = env != nullptr && std::string(env) == "eigen";
+  EXPECT_EQ(kernels::gemm_path(), kernels::detail::cpu_has_avx512() && !forced_eigen
+                                      ? kernels::GemmPath::avx512
+                                      : kernels::GemmPath::eigen);
+}
+#endif
+
+TEST_F(Gemm, AccumulatesTakesTransposedOperandsAndAppliesTheEpilogueOnEveryPath) {
+  // dW += dY^T X, the shape of Linear's weight gradient; then y = x W^T + b with ReLU.
   const Index N = 3000, O = 200, I = 100;
-  const auto dy = random_matrix<double>(N, O, 3);
-  const auto x = random_matrix<double>(N, I, 4);
-  const auto start = random_matrix<double>(O, I, 5);
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    RowMatrix<double> dw = start;
-    kernels::gemm(dw, dy.transpose(), x, true);
-    const RowMatrix<double> expected = start + reference_product(dy.transpose(), x);
-    EXPECT_LT((dw - expected).cwiseAbs().maxCoeff(), 1e-10) << threads << " threads";
+  const auto dy = random_matrix<float>(N, O, 3);
+  const auto x = random_matrix<float>(N, I, 4);
+  const auto start = random_matrix<float>(O, I, 5);
+  const auto w = random_matrix<float>(O, I, 9);
+  const auto bias = random_matrix<float>(1, O, 10);
+  for (kernels::GemmPath path : available_paths()) {
+    kernels::set_gemm_path(path);
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(::testing::Message() << name_of(path) << ", " << threads << " threads");
+      set_num_threads(threads);
+      RowMatrix<float> dw = start;
+      kernels::gemm(dw, dy.transpose(), x, true);
+      const RowMatrix<double> expected = start.cast<double>() + reference_product(dy.transpose(), x);
+      EXPECT_LT((dw.cast<double>() - expected).cwiseAbs().maxCoeff(), 1e-6 * N);
+      RowMatrix<float> y(N, O);
+      kernels::gemm(y, x, w.transpose(), false, kernels::Epilogue<float>{bias.data(), true});
+      const auto y_ref = reference_product(x, w.transpose(), bias.data(), true);
+      EXPECT_LT((y.cast<double>() - y_ref).cwiseAbs().maxCoeff(), 1e-6 * I);
+    }
   }
 }
 
-TEST_F(GemmThreads, SmallAndEmptyProductsRunSerially) {
+TEST_F(Gemm, SmallEmptyAndDoubleProductsTakeTheEigenPath) {
   set_num_threads(2);
   const auto a = random_matrix<double>(3, 4, 6);
   const auto b = random_matrix<double>(4, 5, 7);
@@ -79,6 +196,13 @@ TEST_F(GemmThreads, SmallAndEmptyProductsRunSerially) {
   RowMatrix<double> empty(0, 5);
   kernels::gemm(empty, RowMatrix<double>(0, 4), b, false);
   EXPECT_EQ(empty.rows(), 0);
+  // An empty inner dimension: c = 0 + bias (or c + bias when accumulating).
+  RowMatrix<float> f = RowMatrix<float>::Constant(20, 3, 5.0f);
+  const float bias[3] = {1, -2, 3};
+  kernels::gemm(f, RowMatrix<float>(20, 0), RowMatrix<float>(0, 3), false,
+                kernels::Epilogue<float>{bias, false});
+  EXPECT_EQ(f(19, 0), 1.0f);
+  EXPECT_EQ(f(0, 1), -2.0f);
 }
 
 }  // namespace

@@ -156,6 +156,26 @@ TEST(Loss, EvaluateEqualsForwardBackwardAndStatsAccumulate) {
   EXPECT_DOUBLE_EQ(sum.mean_loss(), a.smoothed_loss / 3);
 }
 
+// In place, the gradient overwrites the logits and equals the out-of-place gradient bit for bit,
+// padding rows (target 0) and the target's own logit included.
+TEST(Loss, InPlaceGradientEqualsTheOutOfPlaceOne) {
+  Tensor<float> logits(Shape{2, 32, 701});
+  Rng rng(9);
+  fill_normal(logits, rng, 0, 3);
+  Tensor<TokenId> targets(Shape{2, 32});
+  for (Index i = 0; i < 64; ++i) targets.data()[i] = static_cast<TokenId>((i * 53) % 701);
+  LabelSmoothedCrossEntropy<float> loss(0.1, 0);
+  Tensor<float> d;
+  const LossStats out = loss.forward_backward(logits, targets, 0.01, d, 7);
+  Tensor<float> in_place = logits.clone();
+  const LossStats in = loss.forward_backward_in_place(in_place, targets, 0.01, 7);
+  EXPECT_EQ(out.smoothed_loss, in.smoothed_loss);
+  EXPECT_EQ(out.nll, in.nll);
+  EXPECT_EQ(out.tokens, in.tokens);
+  EXPECT_EQ(in_place.shape(), d.shape());
+  EXPECT_EQ(std::memcmp(d.data(), in_place.data(), sizeof(float) * 64 * 701), 0);
+}
+
 TEST(Loss, ResultDoesNotDependOnThreadCount) {
   Tensor<float> logits(Shape{64, 701});  // above the parallel threshold
   Rng rng(8);

@@ -24,7 +24,9 @@ namespace attn::kernels {
 ///   otherwise:            loss[r], nll[r] as above (in double); dlogits row r = scale (p - q).
 /// A row with a NaN or Inf logit gets loss[r] = nll[r] = NaN (padding rows included) and its
 /// dlogits row is left unspecified; the caller finds and reports it after the parallel loop,
-/// where throwing is allowed. `dlogits` may be null (evaluation: no gradient pass). Targets must
+/// where throwing is allowed. `dlogits` may be null (evaluation: no gradient pass), or equal to
+/// `logits` (the gradient overwrites the logits in place: each row is read whole before its
+/// gradient is written, and one buffer of [N, V] is saved). Targets must
 /// already be in [0, V) or pad_id. Rows are independent and run in parallel; each row's numbers
 /// are computed by one thread in a fixed order, so results do not depend on the thread count.
 template <class T>
@@ -51,6 +53,7 @@ void cross_entropy_forward_backward(T* dlogits, double* loss, double* nll, const
       return;
     }
     const T m = x.maxCoeff();
+    const T x_t = x(t);  // read before the gradient pass, which may overwrite x (in place)
     // e_j = exp(x_j - max) <= 1, so the sum cannot overflow. The exponentials are computed with
     // Eigen's vectorised exp a chunk at a time (into the gradient row when there is one, so the
     // gradient reuses them) and each chunk's float sum is accumulated in double.
@@ -64,7 +67,7 @@ void cross_entropy_forward_backward(T* dlogits, double* loss, double* nll, const
       sum_exp += static_cast<double>(e.sum());
     }
     const double lse = static_cast<double>(m) + std::log(sum_exp);
-    nll[r] = lse - static_cast<double>(x(t));
+    nll[r] = lse - static_cast<double>(x_t);
     loss[r] = (1.0 - eps) * nll[r] + eps * (lse - sum_x / static_cast<double>(V));
     if (dlogits != nullptr) {
       // dx_j = scale (e_j / sum_exp - eps/V) - scale (1 - eps) [j == t]

@@ -1,40 +1,110 @@
-// Matrix products split over threads by rows of the result, each block a serial Eigen GEMM.
+// Matrix products: c (=, or +=) a b, the one entry point every Linear, projection and gradient
+// runs through. Two paths, chosen per product:
+//   - attn's own AVX-512 GEMM (detail/gemm_packed.hpp), for float operands laid out in memory, on
+//     a CPU that has AVX-512 (checked at run time, so no -march flag is needed);
+//   - Eigen's GEMM, split over threads by rows (the portable fallback, and the path for double,
+//     for evaluated expressions and where the CPU has no AVX-512).
+// ATTN_GEMM=eigen in the environment, or set_gemm_path(GemmPath::eigen), forces the fallback.
 //
 // Why not Eigen's own threaded GEMM: its threads share packed blocks and wait for each other in
 // busy loops, so on a shared machine a descheduled thread stalls the other for a whole time slice
-// (measured: a 2-thread training step 10-50x slower than 1 thread under load). Here each thread
-// packs what it needs and the only synchronisation is the end of the parallel loop.
+// (measured: a 2-thread training step 10-50x slower than 1 thread under load). Both paths here
+// hand out blocks of rows dynamically and wait only at the end of the product (and, in the
+// AVX-512 path, once after the threads have packed B together).
 //
-// Determinism: a block boundary is a multiple of kGemmRowGrain rows, a multiple of the row panel
-// of Eigen's kernel (3 SIMD packets: 48 floats with AVX-512), so every row of C sees the same
-// kernel and the same order of summation whatever the thread count; results are bitwise equal on
-// 1 and N threads (tests/test_gemm.cpp).
+// Determinism: on either path every element of C is summed in an order that does not depend on
+// the thread count, so results are bitwise equal on 1 and N threads (tests/test_gemm.cpp). The
+// two paths differ from each other by rounding.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 
+#include "attn/kernels/detail/gemm_packed.hpp"
+#include "attn/kernels/detail/gemm_small.hpp"
 #include "attn/parallel.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::kernels {
 
-/// Row blocks are multiples of this many rows: 3 panels of the widest SIMD packet (16 floats).
+/// Row blocks of the Eigen path are multiples of this many rows: 3 panels of the widest SIMD
+/// packet (16 floats), the row panel of Eigen's kernel.
 inline constexpr Index kGemmRowGrain = 48;
 
-/// Up to this many blocks of rows per thread, so that work can be rebalanced; but a block has at
-/// least kGemmMinBlockGrains grains, since each block packs the whole right-hand side again and
-/// the packing is paid back over the block's rows (48-row blocks spent 17% of a training step
-/// packing).
+/// Up to this many blocks of rows per thread on the Eigen path, so that work can be rebalanced; but
+/// a block has at least kGemmMinBlockGrains grains, since each block packs the whole right-hand
+/// side again and the packing is paid back over the block's rows.
 inline constexpr Index kGemmBlocksPerThread = 4;
 inline constexpr Index kGemmMinBlockGrains = 4;
 
 /// Below this many multiply-adds a product runs on the calling thread.
 inline constexpr double kGemmParallelMinWork = 1 << 20;
 
-/// c (=, or += when accumulate) a * b, for Eigen expressions a [M, K] and b [K, N] and a
-/// writable block c [M, N] (Eigen's serial GEMM for each block of rows).
+/// Products with fewer rows than this are not packed (packing all of B for a few rows, as in
+/// decoding one token per sentence, costs more than it saves): they stream B directly.
+inline constexpr Index kGemmPackedMinRows = 16;
+
+/// Such few-row products are memory-bound: they split over threads from this many multiply-adds.
+inline constexpr double kGemmSmallParallelMinWork = 1 << 18;
+
+/// Which implementation float products use.
+enum class GemmPath { automatic, avx512, eigen };
+
+namespace detail {
+inline std::atomic<GemmPath>& gemm_path_setting() {
+  static std::atomic<GemmPath> path{GemmPath::automatic};
+  return path;
+}
+/// ATTN_GEMM=eigen (or avx512) in the environment, read once.
+inline GemmPath gemm_path_from_env() {
+  static const GemmPath path = [] {
+    const char* v = std::getenv("ATTN_GEMM");
+    if (v != nullptr && std::strcmp(v, "eigen") == 0) return GemmPath::eigen;
+    return GemmPath::automatic;
+  }();
+  return path;
+}
+}  // namespace detail
+
+/// Forces a path for float products (automatic: AVX-512 when the CPU has it, unless ATTN_GEMM=eigen).
+/// Throws ConfigError for avx512 on a CPU or compiler without it.
+inline void set_gemm_path(GemmPath path) {
+#if defined(ATTN_HAVE_AVX512_GEMM)
+  const bool avx512 = detail::cpu_has_avx512();
+#else
+  const bool avx512 = false;
+#endif
+  ATTN_CHECK(path != GemmPath::avx512 || avx512, ConfigError,
+             "set_gemm_path: the AVX-512 GEMM was asked for, but this CPU or build has no AVX-512");
+  detail::gemm_path_setting() = path;
+}
+
+/// The path float products take now: avx512 or eigen.
+inline GemmPath gemm_path() {
+  GemmPath path = detail::gemm_path_setting().load();
+  if (path == GemmPath::automatic) path = detail::gemm_path_from_env();
+  if (path != GemmPath::automatic) return path;
+#if defined(ATTN_HAVE_AVX512_GEMM)
+  return detail::cpu_has_avx512() ? GemmPath::avx512 : GemmPath::eigen;
+#else
+  return GemmPath::eigen;
+#endif
+}
+
+/// What the AVX-512 path applies as C is stored (the Eigen path applies it after the product).
+template <class T>
+struct Epilogue {
+  const T* bias = nullptr;  // [N] added to every row of c, or null
+  bool relu = false;        // c = max(0, c) after the bias
+};
+
+namespace detail {
+
+/// The Eigen path: blocks of kGemmRowGrain-multiple rows, each a serial Eigen GEMM.
 template <class Dst, class Lhs, class Rhs>
-void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate) {
+void gemm_eigen(Dst& c, const Lhs& a, const Rhs& b, bool accumulate) {
   attn::detail::keep_eigen_serial();
   const Index M = c.rows();
   const double work =
@@ -51,13 +121,9 @@ void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate) {
     else
       c.middleRows(r0, rows).noalias() = a.middleRows(r0, rows) * b;
   };
-  if (threads <= 1) {
-    block(0, M);
-    return;
-  }
-  // A few blocks per thread, handed out as threads come free: a thread slowed down by another
-  // process on its core takes fewer blocks instead of holding up the others. Block boundaries
-  // depend on M and the thread count only, never on timing, and rows do not depend on them.
+  if (threads <= 1) return block(0, M);
+  // Block boundaries depend on M and the thread count only, never on timing; a row's result
+  // does not depend on them (they are multiples of Eigen's row panel).
   const Index grains = (M + kGemmRowGrain - 1) / kGemmRowGrain;
   const Index blocks =
       std::min<Index>(grains, std::clamp<Index>(grains / kGemmMinBlockGrains, threads,
@@ -70,6 +136,54 @@ void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate) {
     const Index r0 = std::min<Index>(M, i * per);
     block(r0, std::min<Index>(M, r0 + per) - r0);
   }
+}
+
+template <class Dst, class T>
+void apply_epilogue(Dst& c, const Epilogue<T>& epi) {
+  if (epi.bias != nullptr)
+    c.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(epi.bias, c.cols());
+  if (epi.relu) c = c.cwiseMax(T(0));
+}
+
+/// Runs the product on the AVX-512 path if it applies (float, operands in memory, c with
+/// contiguous rows); false when the caller must take the Eigen path.
+template <class Dst, class Lhs, class Rhs, class T>
+bool try_gemm_avx512(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T>& epi) {
+#if defined(ATTN_HAVE_AVX512_GEMM)
+  if constexpr (std::is_same_v<T, float>) {
+    if (gemm_path() != GemmPath::avx512) return false;
+    auto cv = strided_view(c);
+    const auto av = strided_view(a);
+    const auto bv = strided_view(b);
+    if (!cv || !av || !bv || cv->col_stride != 1) return false;
+    const StridedMatrix<const float> ac{av->data, av->rows, av->cols, av->row_stride,
+                                        av->col_stride};
+    const StridedMatrix<const float> bc{bv->data, bv->rows, bv->cols, bv->row_stride,
+                                        bv->col_stride};
+    const double work = static_cast<double>(c.rows()) * static_cast<double>(c.cols()) *
+                        static_cast<double>(a.cols());
+    const GemmEpilogue fused{epi.bias, epi.relu};
+    if (c.rows() < kGemmPackedMinRows)
+      return gemm_small_rows(ac, bc, *cv, accumulate, fused,
+                             work >= kGemmSmallParallelMinWork ? num_threads() : 1);
+    gemm_packed(ac, bc, *cv, accumulate, fused, work >= kGemmParallelMinWork ? num_threads() : 1);
+    return true;
+  }
+#endif
+  (void)c, (void)a, (void)b, (void)accumulate, (void)epi;
+  return false;
+}
+
+}  // namespace detail
+
+/// c (=, or += when accumulate) a * b, then the epilogue (bias added to every row, ReLU), for
+/// Eigen expressions a [M, K] and b [K, N] and a writable block c [M, N].
+template <class Dst, class Lhs, class Rhs, class T = typename std::decay_t<Dst>::Scalar>
+void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T>& epi = {}) {
+  ATTN_ASSERT(a.rows() == c.rows() && b.cols() == c.cols() && a.cols() == b.rows());
+  if (detail::try_gemm_avx512(c, a, b, accumulate, epi)) return;
+  detail::gemm_eigen(c, a, b, accumulate);
+  if (epi.bias != nullptr || epi.relu) detail::apply_epilogue(c, epi);
 }
 
 }  // namespace attn::kernels

@@ -10,9 +10,7 @@ namespace attn::kernels {
 template <class T>
 void linear_forward(MatrixRef<T> y, const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w,
                     const T* b) {
-  gemm(y, x, w.transpose(), false);
-  if (b != nullptr)
-    y.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(b, w.rows());
+  gemm(y, x, w.transpose(), false, Epilogue<T>{b});
 }
 
 /// Backward of y = x W^T + b:

@@ -77,6 +77,14 @@ class LabelSmoothedCrossEntropy {
     return run(logits, targets, grad_scale, dlogits.data(), step);
   }
 
+  /// As above, in place: the gradient overwrites `logits` (a handle to what model.forward
+  /// returned), which then goes to model.backward. Saves a [..., V] buffer, the largest of a
+  /// training step, and a pass over it; the numbers are those of the other overloads.
+  LossStats forward_backward_in_place(Tensor<T>& logits, const Tensor<TokenId>& targets,
+                                      double grad_scale, Index step = -1) {
+    return run(logits, targets, grad_scale, logits.data(), step);
+  }
+
   /// As above, into the loss's own buffer, returned by dlogits().
   LossStats forward_backward(const Tensor<T>& logits, const Tensor<TokenId>& targets,
                              double grad_scale, Index step = -1) {

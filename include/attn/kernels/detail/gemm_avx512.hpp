@@ -1,0 +1,204 @@
+// attn's own fp32 GEMM for AVX-512: C (=, +=) A B, C row-major, A and B of any strides.
+//
+// The Goto/BLIS scheme, written for the products of a Transformer step ([B*L, D] x [D, 3D],
+// [D, F], [F, D], [D, V] and their transposes in backward):
+//   - B is packed once per product, in kKC-deep blocks of kNR-column panels, and the packed copy is
+//     shared by every thread (they pack it together, then meet at one barrier);
+//   - each thread takes blocks of kMC rows of A as they come free, packs each kKC-deep slice of its
+//     block into kMR-row panels (kept in L2), and sweeps the B panels (each kept in L1 while every
+//     A panel of the block passes over it);
+//   - the micro-kernel keeps a kMR x kNR tile of C in 24 of the 32 zmm registers: per step of k it
+//     loads two vectors of B and broadcasts kMR numbers of A into 24 FMAs.
+// Every element of C is summed in the same order (k ascending within a kKC block, blocks ascending,
+// one FMA chain) whichever thread, tile shape or edge kernel computes it, so results are bitwise
+// independent of the thread count. The epilogue (bias, ReLU) is applied to the tile in registers
+// after its last block, before it is stored.
+//
+// The functions carry target attributes, so this compiles without -mavx512f; kernels/gemm.hpp calls
+// them only when the CPU has AVX-512 (cpu_has_avx512()).
+#pragma once
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ATTN_HAVE_AVX512_GEMM 1
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "attn/kernels/detail/gemm_operand.hpp"
+
+#define ATTN_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma")))
+
+namespace attn::kernels::detail {
+
+inline constexpr int kMR = 12;       // rows of the register tile
+inline constexpr int kNR = 32;       // columns of the register tile: two zmm vectors
+inline constexpr Index kKC = 256;    // depth of a packed block; fixed, as it sets the summation order
+inline constexpr Index kMC = 96;     // rows of A per thread's block (8 panels, 96 KiB packed: L2)
+
+/// What is applied to each element of C after its last block, while the tile is in registers.
+struct GemmEpilogue {
+  const float* bias = nullptr;  // [N] added to every row, or null
+  bool relu = false;            // max(0, .) after the bias
+};
+
+/// Is this process's CPU (and OS) able to run the AVX-512 kernels?
+inline bool cpu_has_avx512() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
+  return has;
+}
+
+inline __mmask16 ATTN_TARGET_AVX512 lane_mask(Index lanes) {
+  return lanes >= 16 ? __mmask16(0xFFFF)
+                     : lanes <= 0 ? __mmask16(0) : __mmask16((1u << lanes) - 1u);
+}
+
+/// c[MR, nc] (nc <= kNR, row stride ldc) = (from_zero ? 0 : c) + a_panel b_panel over kc steps, then
+/// the epilogue when `last`. a: kc x kMR (k-major), b: kc x kNR (k-major, zero beyond nc).
+template <int MR>
+ATTN_TARGET_AVX512 void micro_tile(Index kc, const float* a, const float* b, float* c, Index ldc,
+                                   Index nc, bool from_zero, bool last, const GemmEpilogue& epi,
+                                   Index col0) {
+  const __mmask16 m0 = lane_mask(nc), m1 = lane_mask(nc - 16);
+  __m512 acc0[MR], acc1[MR];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+    acc0[i] = from_zero ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, c + i * ldc);
+    acc1[i] = from_zero ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
+  }
+#pragma GCC unroll 2
+  for (Index k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i]);
+      acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
+    }
+    a += kMR;
+    b += kNR;
+  }
+  if (last && (epi.bias != nullptr || epi.relu)) {
+    const __m512 bias0 = epi.bias ? _mm512_maskz_loadu_ps(m0, epi.bias + col0) : _mm512_setzero_ps();
+    const __m512 bias1 =
+        epi.bias ? _mm512_maskz_loadu_ps(m1, epi.bias + col0 + 16) : _mm512_setzero_ps();
+    const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      acc0[i] = _mm512_add_ps(acc0[i], bias0);
+      acc1[i] = _mm512_add_ps(acc1[i], bias1);
+      if (epi.relu) {
+        acc0[i] = _mm512_maskz_max_ps(0xFFFF, acc0[i], zero);
+        acc1[i] = _mm512_maskz_max_ps(0xFFFF, acc1[i], zero);
+      }
+    }
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+    _mm512_mask_storeu_ps(c + i * ldc, m0, acc0[i]);
+    _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc1[i]);
+  }
+}
+
+/// The micro-kernel for `rows` (1..kMR) rows: one instantiation per edge height.
+ATTN_TARGET_AVX512 inline void micro_tile_rows(int rows, Index kc, const float* a, const float* b,
+                                               float* c, Index ldc, Index nc, bool from_zero,
+                                               bool last, const GemmEpilogue& epi, Index col0) {
+  switch (rows) {
+#define ATTN_GEMM_ROWS(R) \
+  case R:                 \
+    return micro_tile<R>(kc, a, b, c, ldc, nc, from_zero, last, epi, col0);
+    ATTN_GEMM_ROWS(12) ATTN_GEMM_ROWS(11) ATTN_GEMM_ROWS(10) ATTN_GEMM_ROWS(9)
+    ATTN_GEMM_ROWS(8) ATTN_GEMM_ROWS(7) ATTN_GEMM_ROWS(6) ATTN_GEMM_ROWS(5)
+    ATTN_GEMM_ROWS(4) ATTN_GEMM_ROWS(3) ATTN_GEMM_ROWS(2) ATTN_GEMM_ROWS(1)
+#undef ATTN_GEMM_ROWS
+    default:
+      return;
+  }
+}
+
+/// dst[k * dst_stride + r] = src[r * ld + k] for r < rows, k < kc: the transposition both packings
+/// need when the operand's rows are contiguous. Four rows and sixteen steps of k at a time go
+/// through registers (two rounds of unpacks give, in each 128-bit lane, four rows at one k), and
+/// each lane is written with a masked store; the edges are copied one number at a time.
+ATTN_TARGET_AVX512 inline void transpose_into(const float* src, Index ld, Index rows, Index kc,
+                                              float* dst, Index dst_stride) {
+  Index r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const float* s0 = src + r * ld;
+    Index k = 0;
+    for (; k + 16 <= kc; k += 16) {
+      const __m512 a0 = _mm512_loadu_ps(s0 + k), a1 = _mm512_loadu_ps(s0 + ld + k);
+      const __m512 a2 = _mm512_loadu_ps(s0 + 2 * ld + k), a3 = _mm512_loadu_ps(s0 + 3 * ld + k);
+      const __m512d t0 = _mm512_castps_pd(_mm512_maskz_unpacklo_ps(0xFFFF, a0, a1));
+      const __m512d t1 = _mm512_castps_pd(_mm512_maskz_unpackhi_ps(0xFFFF, a0, a1));
+      const __m512d t2 = _mm512_castps_pd(_mm512_maskz_unpacklo_ps(0xFFFF, a2, a3));
+      const __m512d t3 = _mm512_castps_pd(_mm512_maskz_unpackhi_ps(0xFFFF, a2, a3));
+      // o[j], lane L: rows r..r+3 at step k + 4L + j.
+      const __m512 o[4] = {_mm512_castpd_ps(_mm512_maskz_unpacklo_pd(0xFF, t0, t2)),
+                           _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(0xFF, t0, t2)),
+                           _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(0xFF, t1, t3)),
+                           _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(0xFF, t1, t3))};
+#pragma GCC unroll 4
+      for (int L = 0; L < 4; ++L)
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j)  // lane L lands at dst[(k + 4L + j) * dst_stride + r]
+          _mm512_mask_storeu_ps(dst + (k + 4 * L + j) * dst_stride + r - 4 * L,
+                                __mmask16(0xFu << (4 * L)), o[j]);
+    }
+    for (; k < kc; ++k)
+      for (Index i = 0; i < 4; ++i) dst[k * dst_stride + r + i] = s0[i * ld + k];
+  }
+  for (; r < rows; ++r)
+    for (Index k = 0; k < kc; ++k) dst[k * dst_stride + r] = src[r * ld + k];
+}
+
+/// Packs A[i0 : i0+mc, k0 : k0+kc] as panels of kMR rows, each kc x kMR (k-major). Rows past mc in
+/// the last panel are left unset: the edge kernel never reads them.
+ATTN_TARGET_AVX512 inline void pack_a(const StridedMatrix<const float>& a, Index i0, Index mc,
+                                      Index k0, Index kc, float* dst) {
+  for (Index p = 0; p < mc; p += kMR, dst += kc * kMR) {
+    const Index rows = std::min<Index>(kMR, mc - p);
+    if (a.row_stride == 1) {  // columns contiguous (A = dy^T): kMR numbers per step of k
+      const __mmask16 m = lane_mask(rows);
+      for (Index k = 0; k < kc; ++k)
+        _mm512_mask_storeu_ps(dst + k * kMR, m, _mm512_maskz_loadu_ps(m, &a(i0 + p, k0 + k)));
+    } else if (a.col_stride == 1) {  // rows contiguous (A = x, dy): transpose into the panel
+      transpose_into(&a(i0 + p, k0), a.row_stride, rows, kc, dst, kMR);
+    } else {
+      for (Index i = 0; i < rows; ++i)
+        for (Index k = 0; k < kc; ++k) dst[k * kMR + i] = a(i0 + p + i, k0 + k);
+    }
+  }
+}
+
+/// Packs panel q (columns q*kNR ...) of B[k0 : k0+kc, :] as kc x kNR (k-major), zero past the last
+/// column so the kernel's full-width FMAs add nothing there.
+ATTN_TARGET_AVX512 inline void pack_b_panel(const StridedMatrix<const float>& b, Index k0, Index kc,
+                                            Index q, float* dst) {
+  const Index j0 = q * kNR, cols = std::min<Index>(kNR, b.cols - j0);
+  if (cols < kNR && b.col_stride != 1)
+    std::memset(dst, 0, sizeof(float) * static_cast<size_t>(kc * kNR));
+  if (b.col_stride == 1) {  // rows contiguous (B = x, dy, W): a row of kNR numbers per step of k
+    const __mmask16 m0 = lane_mask(cols), m1 = lane_mask(cols - 16);
+    for (Index k = 0; k < kc; ++k) {
+      const float* src = &b(k0 + k, j0);
+      _mm512_store_ps(dst + k * kNR, _mm512_maskz_loadu_ps(m0, src));
+      _mm512_store_ps(dst + k * kNR + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+    }
+  } else if (b.row_stride == 1) {  // B = W^T: column j of B is row j of W
+    transpose_into(&b(k0, j0), b.col_stride, cols, kc, dst, kNR);
+  } else {
+    for (Index j = 0; j < cols; ++j)
+      for (Index k = 0; k < kc; ++k) dst[k * kNR + j] = b(k0 + k, j0 + j);
+  }
+}
+
+}  // namespace attn::kernels::detail
+
+#endif  // x86-64 with GCC or clang

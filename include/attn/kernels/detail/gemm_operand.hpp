@@ -1,0 +1,43 @@
+// How a matrix product's operand lies in memory: a pointer and a stride per axis, read off any
+// Eigen expression with direct access (a Ref, a Map, a block of either, or the transpose of one).
+// The packed GEMM (gemm_avx512.hpp) takes its operands in this form, so one packing routine serves
+// x W^T (forward), dy W (backward-data) and dy^T x (backward-weights) alike.
+#pragma once
+
+#include <Eigen/Core>
+#include <optional>
+#include <type_traits>
+
+#include "attn/tensor.hpp"
+
+namespace attn::kernels::detail {
+
+/// A [rows, cols] matrix whose element (i, k) is data[i * row_stride + k * col_stride].
+template <class T>
+struct StridedMatrix {
+  T* data = nullptr;
+  Index rows = 0, cols = 0;
+  Index row_stride = 0, col_stride = 0;
+
+  T& operator()(Index i, Index k) const { return data[i * row_stride + k * col_stride]; }
+};
+
+/// The strided form of an Eigen expression with direct access to its coefficients, or nothing for
+/// an expression that must be evaluated first (a scaled product, a sum, ...).
+template <class Xpr>
+auto strided_view(Xpr&& x) {
+  using Plain = std::remove_cv_t<std::remove_reference_t<Xpr>>;
+  using Scalar = typename Plain::Scalar;
+  constexpr bool direct = (Eigen::internal::traits<Plain>::Flags & Eigen::DirectAccessBit) != 0;
+  constexpr bool writable = (Eigen::internal::traits<Plain>::Flags & Eigen::LvalueBit) != 0 &&
+                            !std::is_const_v<std::remove_reference_t<Xpr>>;
+  using Elem = std::conditional_t<writable, Scalar, const Scalar>;
+  std::optional<StridedMatrix<Elem>> view;
+  if constexpr (direct) {
+    view = StridedMatrix<Elem>{const_cast<Elem*>(x.data()), x.rows(), x.cols(), x.rowStride(),
+                               x.colStride()};
+  }
+  return view;
+}
+
+}  // namespace attn::kernels::detail

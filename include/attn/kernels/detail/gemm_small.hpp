@@ -1,0 +1,121 @@
+// C[M, N] (=, +=) A B for a few rows of C (decoding: one row per sentence or beam), without
+// packing: packing all of B for one row would cost as much as the product itself. Such products
+// read every weight once per row and are bound by memory bandwidth, so they split the columns
+// of C over the threads (each thread streams its own share of the weights).
+//
+// Each element of C is computed by the same instructions whichever thread owns its column, so
+// results do not depend on the thread count.
+#pragma once
+
+#include "attn/kernels/detail/gemm_avx512.hpp"
+#include "attn/parallel.hpp"
+
+#if defined(ATTN_HAVE_AVX512_GEMM)
+
+namespace attn::kernels::detail {
+
+inline constexpr Index kSmallChunk = 64;  // columns per step of the row-major-B kernel: 4 zmm
+
+/// Finishes one element: start (0 or c), plus the sum, then the epilogue.
+inline float finish(float start, float sum, const GemmEpilogue& epi, Index j) {
+  float v = start + sum;
+  if (epi.bias != nullptr) v += epi.bias[j];
+  return epi.relu ? std::max(v, 0.0f) : v;
+}
+
+/// Columns [j0, j1) of C when B's rows are contiguous (dy W, x B): each row of C is a sum of rows
+/// of B scaled by A's numbers, 64 columns at a time in 4 registers, k ascending.
+ATTN_TARGET_AVX512 inline void small_rows_axpy(const StridedMatrix<const float>& a,
+                                               const StridedMatrix<const float>& b,
+                                               StridedMatrix<float> c, Index j0, Index j1,
+                                               bool accumulate, const GemmEpilogue& epi) {
+  for (Index j = j0; j < j1; j += kSmallChunk) {
+    const Index w = std::min<Index>(kSmallChunk, j1 - j);
+    const __mmask16 m[4] = {lane_mask(w), lane_mask(w - 16), lane_mask(w - 32), lane_mask(w - 48)};
+    for (Index i = 0; i < c.rows; ++i) {
+      __m512 acc[4];
+      for (int v = 0; v < 4; ++v) acc[v] = _mm512_setzero_ps();
+      for (Index k = 0; k < a.cols; ++k) {
+        const __m512 aik = _mm512_set1_ps(a(i, k));
+        const float* brow = &b(k, j);
+        for (int v = 0; v < 4; ++v)
+          acc[v] = _mm512_fmadd_ps(aik, _mm512_maskz_loadu_ps(m[v], brow + 16 * v), acc[v]);
+      }
+      alignas(64) float sums[kSmallChunk];
+      for (int v = 0; v < 4; ++v) _mm512_store_ps(sums + 16 * v, acc[v]);
+      for (Index t = 0; t < w; ++t)
+        c(i, j + t) = finish(accumulate ? c(i, j + t) : 0.0f, sums[t], epi, j + t);
+    }
+  }
+}
+
+/// The sum of a vector's 16 lanes in a fixed order (GCC 12's _mm512_reduce_add_ps draws a false
+/// -Wmaybe-uninitialized from its undefined-vector operands).
+ATTN_TARGET_AVX512 inline float lane_sum(__m512 v) {
+  const __m256 h = _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, v, 0),
+                                 _mm512_maskz_extractf32x8_ps(0xFF, v, 1));
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+
+/// Columns [j0, j1) of C when B's columns are contiguous (x W^T, the Linear forward): each element
+/// is a dot product of a row of A with a row of W, 16 lanes at a time, then reduced.
+ATTN_TARGET_AVX512 inline void small_rows_dot(const StridedMatrix<const float>& a,
+                                              const StridedMatrix<const float>& b,
+                                              StridedMatrix<float> c, Index j0, Index j1,
+                                              bool accumulate, const GemmEpilogue& epi) {
+  const Index K = a.cols;
+  for (Index j = j0; j < j1; ++j) {
+    const float* wj = &b(0, j);  // column j of B, contiguous over k
+    for (Index i = 0; i < c.rows; ++i) {
+      const float* ai = &a(i, 0);
+      __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+      Index k = 0;
+      for (; k + 32 <= K; k += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(ai + k), _mm512_loadu_ps(wj + k), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(ai + k + 16), _mm512_loadu_ps(wj + k + 16), acc1);
+      }
+      for (; k < K; k += 16) {
+        const __mmask16 m = lane_mask(K - k);
+        acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, ai + k), _mm512_maskz_loadu_ps(m, wj + k),
+                               acc0);
+      }
+      const float sum = lane_sum(_mm512_add_ps(acc0, acc1));
+      c(i, j) = finish(accumulate ? c(i, j) : 0.0f, sum, epi, j);
+    }
+  }
+}
+
+/// c (=, or +=) a b, then the epilogue, for a few rows; false when the layout does not suit
+/// (A's rows or B not contiguous in either direction), and the caller takes the Eigen path.
+inline bool gemm_small_rows(const StridedMatrix<const float>& a,
+                            const StridedMatrix<const float>& b, StridedMatrix<float> c,
+                            bool accumulate, const GemmEpilogue& epi, int threads) {
+  const bool axpy = b.col_stride == 1, dot = b.row_stride == 1 && a.col_stride == 1;
+  if (!axpy && !dot) return false;
+  const Index N = c.cols, grain = axpy ? kSmallChunk : 16;
+  const Index grains = (N + grain - 1) / grain;
+  threads = static_cast<int>(std::min<Index>(threads, grains));
+  const auto run = [&](Index part, Index parts) {
+    const Index j0 = std::min(N, grains * part / parts * grain);
+    const Index j1 = std::min(N, grains * (part + 1) / parts * grain);
+    if (axpy)
+      small_rows_axpy(a, b, c, j0, j1, accumulate, epi);
+    else
+      small_rows_dot(a, b, c, j0, j1, accumulate, epi);
+  };
+#if defined(_OPENMP)
+  if (threads > 1 && !omp_in_parallel()) {
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
+    for (int part = 0; part < threads; ++part) run(part, threads);
+    return true;
+  }
+#endif
+  run(0, 1);
+  return true;
+}
+
+}  // namespace attn::kernels::detail
+
+#endif  // ATTN_HAVE_AVX512_GEMM
