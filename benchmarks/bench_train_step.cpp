@@ -72,9 +72,9 @@ struct TrainSetup {
   }
   double step() {
     adam.zero_grad();
-    const auto& logits = model.forward(src, tgt_in);
-    const auto stats = loss.forward_backward(logits, tgt_out, 1.0 / tokens());
-    model.backward(loss.dlogits());
+    attn::Tensor<float> logits = model.forward(src, tgt_in);  // [B, T, V], the model's buffer
+    const auto stats = loss.forward_backward_in_place(logits, tgt_out, 1.0 / tokens());
+    model.backward(logits);  // the gradient, written over the logits
     adam.step(1e-4);
     return stats.mean_loss();
   }

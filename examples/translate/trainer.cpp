@@ -245,10 +245,12 @@ double Trainer::update() {
     const Batch& b = replicas_->share(whole);
     if (!error.empty() || b.rows() == 0) continue;
     try {
-      const Tensor<float>& logits = model_->forward(b.src, b.tgt_in);
-      const LossStats s = loss_->forward_backward(logits, b.tgt_out, 1.0, dlogits_, step);
+      // The gradient overwrites the logits (a handle to the model's buffer): one [N, V] buffer
+      // instead of two.
+      Tensor<float> logits = model_->forward(b.src, b.tgt_in);
+      const LossStats s = loss_->forward_backward_in_place(logits, b.tgt_out, 1.0, step);
       check_finite(s, step);
-      model_->backward(dlogits_);
+      model_->backward(logits);
       stats += s;
     } catch (const Error& e) {
       if (replicas_->size() == 1) throw;

@@ -165,7 +165,6 @@ class Trainer {
   std::size_t batch_index_ = 0;
   std::vector<std::size_t> order_;
   std::vector<CurvePoint> curves_;
-  Tensor<float> dlogits_;
   Index train_tokens_ = 0;  // target tokens since the last progress point, for tokens/s
   double last_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
   bool interrupted_ = false;
