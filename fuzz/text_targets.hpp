@@ -125,7 +125,7 @@ inline std::vector<std::pair<std::string, std::string>> parallel_text_seeds() {
                              std::istreambuf_iterator<char>());
   ::unlink(gz.c_str());
   return {{"plain.txt", std::string(1, '\0') + "one\ntwo\r\n\xEF\xBB\xBFthree\n"},
-          {"pair.txt", std::string(1, '\1') + "ein\nzwei\none\ntwo\n"},
+          {"pair.txt", std::string(1, '\1') + "one\ntwo\nuno\ndos\n"},  // halves of equal size
           {"gzip.txt", std::string(1, '\0') + gz_bytes}};
 }
 

@@ -32,7 +32,9 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::string fmt_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  // Also "?" beyond a million hours, where the cast to long would overflow (an ETA for --steps
+  // near 2^63).
+  if (!std::isfinite(seconds) || seconds < 0 || seconds > 3.6e9) return "?";
   const long s = static_cast<long>(seconds + 0.5);
   std::ostringstream o;
   if (s >= 3600)
