@@ -17,7 +17,9 @@ void BM_FmaPeak(benchmark::State& state) {
     state.SkipWithError("no AVX-512 or AVX2+FMA on this CPU");
     return;
   }
-  const long iters = 1 << 20;  // about 5-10 ms per thread at 3-4 GHz
+  // About 50-80 ms per thread at 3-4 GHz: runs of 2^20 rounds (a few ms) measured 40% low here,
+  // as if the clock they were timed with ticked in 4 ms steps.
+  const long iters = 1 << 24;
   attn_bench::time_fma_chains(threads, iters);  // warm-up: threads created, clock ramped up
   const auto start = attn_bench::loop_start();
   for (auto _ : state) attn_bench::time_fma_chains(threads, iters);
