@@ -14,20 +14,6 @@
 namespace attn::translate {
 namespace {
 
-std::size_t count_words(const std::string& s) {
-  std::size_t n = 0;
-  bool in_word = false;
-  for (char c : s) {
-    if (c == ' ') {
-      in_word = false;
-    } else if (!in_word) {
-      in_word = true;
-      ++n;
-    }
-  }
-  return n;
-}
-
 void add(ParallelCorpus& c, const SourcedPair& p) {
   c.src.push_back(p.en);
   c.tgt.push_back(p.de);

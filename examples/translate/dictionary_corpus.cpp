@@ -25,20 +25,6 @@ std::vector<std::string_view> split(std::string_view s, std::string_view sep) {
   return out;
 }
 
-std::size_t count_words(std::string_view s) {
-  std::size_t n = 0;
-  bool in_word = false;
-  for (char c : s) {
-    if (c == ' ') {
-      in_word = false;
-    } else if (!in_word) {
-      in_word = true;
-      ++n;
-    }
-  }
-  return n;
-}
-
 // A "/ABBR/" at s[i] == '/': a slash-delimited token without spaces, at a word boundary.
 std::size_t abbreviation_end(std::string_view s, std::size_t i) {
   if (i > 0 && s[i - 1] != ' ') return std::string_view::npos;

@@ -92,20 +92,6 @@ bool mostly_letters(std::string_view s) {
   return 2 * letters >= visible && visible > 0;
 }
 
-std::size_t count_words(std::string_view s) {
-  std::size_t words = 0;
-  bool in_word = false;
-  for (char c : s) {
-    if (c == ' ') {
-      in_word = false;
-    } else if (!in_word) {
-      in_word = true;
-      ++words;
-    }
-  }
-  return words;
-}
-
 // The catalog's charset from its header entry; empty when the header does not say.
 std::string header_charset(const MoCatalog& catalog) {
   for (const MoEntry& e : catalog.entries) {
@@ -172,6 +158,20 @@ std::string strip_accelerator(std::string_view text) {
     }
   }
   return out;
+}
+
+std::size_t count_words(std::string_view s) {
+  std::size_t words = 0;
+  bool in_word = false;
+  for (char c : s) {
+    if (c == ' ') {
+      in_word = false;
+    } else if (!in_word) {
+      in_word = true;
+      ++words;
+    }
+  }
+  return words;
 }
 
 std::string normalize_spaces(std::string_view text) {

@@ -80,6 +80,9 @@ struct GettextCorpusStats {
 std::string strip_accelerator(std::string_view text);
 /// Collapses runs of spaces (and U+00A0, U+202F) into one space and trims both ends.
 std::string normalize_spaces(std::string_view text);
+
+/// Words of `s`: runs of characters other than the space (the corpora's length filters).
+std::size_t count_words(std::string_view s);
 /// True if `text` holds a placeholder or markup, as rule 5 above.
 bool has_format_markup(std::string_view text);
 
