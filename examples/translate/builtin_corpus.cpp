@@ -94,8 +94,8 @@ BuiltinCorpus assemble_builtin_corpus(const std::vector<SourcedPair>& pairs,
   st.candidates = candidates.size();
   const std::size_t held_out = o.valid_size + o.test_size;
   ATTN_CHECK(candidates.size() >= held_out, DataError, "the built-in corpus has ",
-             candidates.size(), " full sentences; expected at least valid_size + test_size = ",
-             held_out);
+             candidates.size(),
+             " full sentences; expected at least valid_size + test_size = ", held_out);
   BuiltinCorpus out;
   std::vector<bool> is_held_out(unique.size(), false);
   std::unordered_set<std::string> held_text;  // both sides of every held-out pair
@@ -119,9 +119,8 @@ BuiltinCorpus assemble_builtin_corpus(const std::vector<SourcedPair>& pairs,
       ++st.removed_overlap;
       continue;
     }
-    const int copies = p.source == CorpusSource::kDictionary && p.sentence
-                           ? std::max(1, o.sentence_weight)
-                           : 1;
+    const int copies =
+        p.source == CorpusSource::kDictionary && p.sentence ? std::max(1, o.sentence_weight) : 1;
     for (int c = 0; c < copies; ++c) add(out.split.train, p);
     st.train_by_source[static_cast<int>(p.source)] += static_cast<std::size_t>(copies);
   }
@@ -137,8 +136,8 @@ BuiltinCorpus load_builtin_corpus(const BuiltinCorpusOptions& o, BuiltinCorpusSt
   std::vector<SourcedPair> pairs;
   // Descriptions and the dictionary are always read: their full sentences make the held-out
   // sets, which must not change with the training mix.
-  const std::tuple<bool, CorpusSource, void (*)(const BuiltinCorpusOptions&,
-                                                std::vector<SourcedPair>&)>
+  const std::tuple<bool, CorpusSource,
+                   void (*)(const BuiltinCorpusOptions&, std::vector<SourcedPair>&)>
       sources[] = {{true, CorpusSource::kDescriptions, read_descriptions},
                    {true, CorpusSource::kDictionary, read_dictionary},
                    {o.gettext, CorpusSource::kGettext, read_gettext}};

@@ -38,8 +38,8 @@ std::size_t abbreviation_end(std::string_view s, std::size_t i) {
 }
 
 bool has_placeholder(std::string_view s) {
-  static const char* const kMarks[] = {"sth.", "sb.", "sb's", "sth", "etw.", "jdn.", "jdm.",
-                                       "jds.", "jd.", "one's", "…", "...", " / ", "~"};
+  static const char* const kMarks[] = {"sth.", "sb.", "sb's",  "sth", "etw.", "jdn.", "jdm.",
+                                       "jds.", "jd.", "one's", "…",   "...",  " / ",  "~"};
   for (const char* m : kMarks) {
     const std::size_t at = s.find(m);
     if (at == std::string_view::npos) continue;
@@ -82,11 +82,23 @@ bool strip_dictionary_annotations(std::string_view s, std::string& out) {
       continue;
     }
     switch (c) {
-      case '{': close = '}'; break;
-      case '[': close = ']'; break;
-      case '<': close = '>'; break;
-      case '(': close = ')'; break;
-      case '}': case ']': case '>': case ')': return false;
+      case '{':
+        close = '}';
+        break;
+      case '[':
+        close = ']';
+        break;
+      case '<':
+        close = '>';
+        break;
+      case '(':
+        close = ')';
+        break;
+      case '}':
+      case ']':
+      case '>':
+      case ')':
+        return false;
       case '/': {
         const std::size_t end = abbreviation_end(s, i);
         if (end == std::string_view::npos) {
@@ -96,7 +108,8 @@ bool strip_dictionary_annotations(std::string_view s, std::string& out) {
         }
         break;
       }
-      default: out += c;
+      default:
+        out += c;
     }
   }
   if (close != 0) return false;
