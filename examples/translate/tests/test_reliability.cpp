@@ -73,14 +73,8 @@ class Reliability : public TempDirTest {
   CliResult run(const std::string& args, const std::string& stdin_path = "/dev/null") {
     return run_cli(args, root_.string(), stdin_path);
   }
-  // Exit code 1, one stderr line "attn-translate: error: ..." holding every part of `expected`.
   void expect_error(const CliResult& r, const std::vector<std::string>& expected) {
-    EXPECT_EQ(r.exit_code, 1) << r.err;
-    const auto lines = r.err_lines();
-    ASSERT_EQ(lines.size(), 1u) << r.err;
-    EXPECT_EQ(lines[0].rfind("attn-translate: error: ", 0), 0u) << lines[0];
-    for (const std::string& part : expected) EXPECT_TRUE(contains(lines[0], part)) << lines[0];
-    EXPECT_TRUE(r.out.empty()) << r.out;
+    expect_cli_error(r, expected);
   }
   std::string input(const std::string& text) {
     const std::string p = dir("in.txt");

@@ -136,4 +136,15 @@ inline CliResult run_cli(const std::string& args, const std::string& scratch,
   return r;
 }
 
+/// Exit code 1 and exactly one stderr line: "attn-translate: error: " + a message holding every
+/// part of `expected`; nothing on stdout.
+inline void expect_cli_error(const CliResult& r, const std::vector<std::string>& expected) {
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const auto lines = r.err_lines();
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_EQ(lines[0].rfind("attn-translate: error: ", 0), 0u) << lines[0];
+  for (const std::string& part : expected) EXPECT_TRUE(contains(lines[0], part)) << lines[0];
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
 }  // namespace attn::translate::testing
