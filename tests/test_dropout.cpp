@@ -153,6 +153,35 @@ TEST(Dropout, KernelMatchesNaiveReference) {
   }
 }
 
+// The float kernel hashes sixteen elements at a time with AVX-512 where the CPU has it; its mask
+// and output must be bitwise those of the scalar loop, at every length (vector edges, chunk edges),
+// for drop rates whose threshold p * 2^53 is and is not an integer, and in place.
+TEST(Dropout, VectorKernelIsBitwiseTheScalarLoop) {
+  const std::uint64_t key = 0x9abcdef012345ULL;
+  for (const Index n :
+       {Index(1), Index(15), Index(16), Index(17), Index(4095), Index(4097), Index(100003)}) {
+    for (const double p : {0.0, 0.1, 0.25, 0.5, 0.3333333333333333, 0.999}) {
+      Tensor<float> x({n});
+      Rng rng(7);
+      fill_normal(x, rng, 0, 1);
+      Tensor<float> fast({n}), reference({n});
+      kernels::detail::apply_dropout_mask(fast.data(), x.data(), n, p, key, true);
+      kernels::detail::apply_dropout_mask(reference.data(), x.data(), n, p, key, false);
+      Index dropped = 0;
+      for (Index i = 0; i < n; ++i) {
+        ASSERT_EQ(std::memcmp(&fast.data()[i], &reference.data()[i], sizeof(float)), 0)
+            << "n=" << n << " p=" << p << " i=" << i;
+        dropped += reference.data()[i] == 0.0f;
+      }
+      if (n > 4096) {
+        EXPECT_NEAR(static_cast<double>(dropped) / static_cast<double>(n), p, 0.03) << n;
+      }
+      kernels::detail::apply_dropout_mask(x.data(), x.data(), n, p, key, true);  // in place
+      for (Index i = 0; i < n; ++i) ASSERT_EQ(x.data()[i], reference.data()[i]) << i;
+    }
+  }
+}
+
 TEST(Dropout, GradientsMatchCentralDifferences) {
   Dropout<double> drop(0.4);
   auto state = std::make_shared<RandomState>();

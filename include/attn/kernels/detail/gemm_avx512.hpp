@@ -14,28 +14,26 @@
 // independent of the thread count. The epilogue (bias, ReLU) is applied to the tile in registers
 // after its last block, before it is stored.
 //
-// The functions carry target attributes, so this compiles without -mavx512f; kernels/gemm.hpp calls
-// them only when the CPU has AVX-512 (cpu_has_avx512()).
+// The functions carry target attributes (avx512.hpp), so this compiles without -mavx512f;
+// kernels/gemm.hpp calls them only when the CPU has AVX-512 (cpu_has_avx512()).
 #pragma once
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ATTN_HAVE_AVX512_GEMM 1
+#include "attn/kernels/detail/avx512.hpp"
 
-#include <immintrin.h>
+#if defined(ATTN_HAVE_AVX512)
+#define ATTN_HAVE_AVX512_GEMM 1
 
 #include <algorithm>
 #include <cstring>
 
 #include "attn/kernels/detail/gemm_operand.hpp"
 
-#define ATTN_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma")))
-
 namespace attn::kernels::detail {
 
-inline constexpr int kMR = 12;       // rows of the register tile
-inline constexpr int kNR = 32;       // columns of the register tile: two zmm vectors
-inline constexpr Index kKC = 256;    // depth of a packed block; fixed, as it sets the summation order
-inline constexpr Index kMC = 96;     // rows of A per thread's block (8 panels, 96 KiB packed: L2)
+inline constexpr int kMR = 12;     // rows of the register tile
+inline constexpr int kNR = 32;     // columns of the register tile: two zmm vectors
+inline constexpr Index kKC = 256;  // depth of a packed block; fixed, as it sets the summation order
+inline constexpr Index kMC = 96;   // rows of A per thread's block (8 panels, 96 KiB packed: L2)
 
 /// What is applied to each element of C after its last block, while the tile is in registers.
 struct GemmEpilogue {
@@ -43,23 +41,8 @@ struct GemmEpilogue {
   bool relu = false;            // max(0, .) after the bias
 };
 
-/// Is this process's CPU (and OS) able to run the AVX-512 kernels?
-inline bool cpu_has_avx512() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vl");
-  }();
-  return has;
-}
-
-inline __mmask16 ATTN_TARGET_AVX512 lane_mask(Index lanes) {
-  return lanes >= 16 ? __mmask16(0xFFFF)
-                     : lanes <= 0 ? __mmask16(0) : __mmask16((1u << lanes) - 1u);
-}
-
-/// c[MR, nc] (nc <= kNR, row stride ldc) = (from_zero ? 0 : c) + a_panel b_panel over kc steps, then
-/// the epilogue when `last`. a: kc x kMR (k-major), b: kc x kNR (k-major, zero beyond nc).
+/// c[MR, nc] (nc <= kNR, row stride ldc) = (from_zero ? 0 : c) + a_panel b_panel over kc steps,
+/// then the epilogue when `last`. a: kc x kMR (k-major), b: kc x kNR (k-major, zero beyond nc).
 template <int MR>
 ATTN_TARGET_AVX512 void micro_tile(Index kc, const float* a, const float* b, float* c, Index ldc,
                                    Index nc, bool from_zero, bool last, const GemmEpilogue& epi,
@@ -84,7 +67,8 @@ ATTN_TARGET_AVX512 void micro_tile(Index kc, const float* a, const float* b, flo
     b += kNR;
   }
   if (last && (epi.bias != nullptr || epi.relu)) {
-    const __m512 bias0 = epi.bias ? _mm512_maskz_loadu_ps(m0, epi.bias + col0) : _mm512_setzero_ps();
+    const __m512 bias0 =
+        epi.bias ? _mm512_maskz_loadu_ps(m0, epi.bias + col0) : _mm512_setzero_ps();
     const __m512 bias1 =
         epi.bias ? _mm512_maskz_loadu_ps(m1, epi.bias + col0 + 16) : _mm512_setzero_ps();
     const __m512 zero = _mm512_setzero_ps();
@@ -113,12 +97,12 @@ ATTN_TARGET_AVX512 inline void micro_tile_rows(int rows, Index kc, const float* 
 #define ATTN_GEMM_ROWS(R) \
   case R:                 \
     return micro_tile<R>(kc, a, b, c, ldc, nc, from_zero, last, epi, col0);
-    ATTN_GEMM_ROWS(12) ATTN_GEMM_ROWS(11) ATTN_GEMM_ROWS(10) ATTN_GEMM_ROWS(9)
-    ATTN_GEMM_ROWS(8) ATTN_GEMM_ROWS(7) ATTN_GEMM_ROWS(6) ATTN_GEMM_ROWS(5)
-    ATTN_GEMM_ROWS(4) ATTN_GEMM_ROWS(3) ATTN_GEMM_ROWS(2) ATTN_GEMM_ROWS(1)
+    ATTN_GEMM_ROWS(12)
+    ATTN_GEMM_ROWS(11) ATTN_GEMM_ROWS(10) ATTN_GEMM_ROWS(9) ATTN_GEMM_ROWS(8) ATTN_GEMM_ROWS(7)
+        ATTN_GEMM_ROWS(6) ATTN_GEMM_ROWS(5) ATTN_GEMM_ROWS(4) ATTN_GEMM_ROWS(3) ATTN_GEMM_ROWS(2)
+            ATTN_GEMM_ROWS(1)
 #undef ATTN_GEMM_ROWS
-    default:
-      return;
+                default : return;
   }
 }
 
@@ -201,4 +185,4 @@ ATTN_TARGET_AVX512 inline void pack_b_panel(const StridedMatrix<const float>& b,
 
 }  // namespace attn::kernels::detail
 
-#endif  // x86-64 with GCC or clang
+#endif  // ATTN_HAVE_AVX512

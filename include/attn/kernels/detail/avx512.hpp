@@ -1,0 +1,38 @@
+// What every AVX-512 kernel of attn shares: the target attribute that lets a function use AVX-512
+// in a build without -mavx512f, the run-time check that the CPU has it, and lane masks for edges.
+// (GCC 12 warns that the plain forms of some intrinsics, e.g. _mm512_srli_epi64, read an
+// uninitialised vector: the kernels use the maskz forms with a full mask instead.)
+// A kernel with such an attribute may only be called after cpu_has_avx512() said yes.
+#pragma once
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ATTN_HAVE_AVX512 1
+
+#include <immintrin.h>
+
+#include "attn/tensor.hpp"
+
+#define ATTN_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma")))
+
+namespace attn::kernels::detail {
+
+/// Is this process's CPU (and OS) able to run the AVX-512 kernels?
+inline bool cpu_has_avx512() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
+  return has;
+}
+
+/// The first `lanes` of 16 (none for lanes <= 0, all for lanes >= 16).
+inline __mmask16 ATTN_TARGET_AVX512 lane_mask(Index lanes) {
+  return lanes >= 16  ? __mmask16(0xFFFF)
+         : lanes <= 0 ? __mmask16(0)
+                      : __mmask16((1u << lanes) - 1u);
+}
+
+}  // namespace attn::kernels::detail
+
+#endif  // x86-64 with GCC or clang
