@@ -1,9 +1,10 @@
 // Beam search (decode/beam_search.hpp) against the algorithm it replaced, kept here verbatim as
-// the oracle: that version repeated each source K times and encoded all B*K copies; the state
-// object encodes each source once and shares its memory among the beams. Outputs must be the
-// same hypotheses, on a model trained (deterministically, a few seconds) to reverse sentences so
-// that its beams are meaningful, over beam widths 1..5, length limits that end beams early,
-// padding, and sentences finishing at different steps.
+// the oracle but for one letter (its beam width K is W, as in tensor.hpp's glossary): that version
+// repeated each source W times and encoded all B*W copies; the state object encodes each source
+// once and shares its memory among the beams. Outputs must be the same hypotheses, on a model
+// trained (deterministically, a few seconds) to reverse sentences so that its beams are
+// meaningful, over beam widths 1..5, length limits that end beams early, padding, and sentences
+// finishing at different steps.
 #include <attn/decode/beam_search.hpp>
 
 #include "pch.hpp"
@@ -21,51 +22,51 @@ std::vector<std::vector<TokenId>> reference_beam_search(Transformer<T>& model,
   const Index V = model.config().tgt_vocab;
   opts.validate(V);
   detail::EvalGuard<T> guard(model);
-  const Index B = src.size(0), S = src.size(1), K = opts.beam_size;
+  const Index B = src.size(0), S = src.size(1), W = opts.beam_size;
   const std::vector<Index> src_len = detail::source_lengths(src, model.config().pad_id);
   const Index max_len = *std::max_element(src_len.begin(), src_len.end()) + opts.max_extra_length;
 
-  // Every source row repeated K times: row b*K + k is beam k of sentence b.
-  Tensor<TokenId> src_rep({B * K, S});
-  for (Index r = 0; r < B * K; ++r)
-    std::copy_n(src.data() + (r / K) * S, S, src_rep.data() + r * S);
+  // Every source row repeated W times: row b*W + k is beam k of sentence b.
+  Tensor<TokenId> src_rep({B * W, S});
+  for (Index r = 0; r < B * W; ++r)
+    std::copy_n(src.data() + (r / W) * S, S, src_rep.data() + r * S);
   const Tensor<T>& memory = model.encode(src_rep);
-  DecoderCache<T> cache = model.decoder.make_cache(B * K, std::max<Index>(max_len, 1));
+  DecoderCache<T> cache = model.decoder.make_cache(B * W, std::max<Index>(max_len, 1));
 
   struct Finished {
     std::vector<TokenId> tokens;
     double score;  // log P / lp
   };
   const double kNegInf = -std::numeric_limits<double>::infinity();
-  std::vector<std::vector<TokenId>> hyps(static_cast<std::size_t>(B * K));      // live beam tokens
-  std::vector<double> scores(static_cast<std::size_t>(B * K), kNegInf);         // live log P
-  for (Index b = 0; b < B; ++b) scores[static_cast<std::size_t>(b * K)] = 0.0;  // one live beam
+  std::vector<std::vector<TokenId>> hyps(static_cast<std::size_t>(B * W));      // live beam tokens
+  std::vector<double> scores(static_cast<std::size_t>(B * W), kNegInf);         // live log P
+  for (Index b = 0; b < B; ++b) scores[static_cast<std::size_t>(b * W)] = 0.0;  // one live beam
   std::vector<std::vector<Finished>> finished(static_cast<std::size_t>(B));
   std::vector<bool> done(static_cast<std::size_t>(B), false);
 
-  Tensor<TokenId> tokens = Tensor<TokenId>::full({B * K, 1}, opts.bos);
+  Tensor<TokenId> tokens = Tensor<TokenId>::full({B * W, 1}, opts.bos);
   std::vector<double> logp(static_cast<std::size_t>(V));
-  std::vector<Index> cand(static_cast<std::size_t>(K * V));
-  std::vector<double> cand_score(static_cast<std::size_t>(K * V));
-  std::vector<Index> origin(static_cast<std::size_t>(B * K));
-  std::vector<std::vector<TokenId>> next_hyps(static_cast<std::size_t>(B * K));
-  std::vector<double> next_scores(static_cast<std::size_t>(B * K));
+  std::vector<Index> cand(static_cast<std::size_t>(W * V));
+  std::vector<double> cand_score(static_cast<std::size_t>(W * V));
+  std::vector<Index> origin(static_cast<std::size_t>(B * W));
+  std::vector<std::vector<TokenId>> next_hyps(static_cast<std::size_t>(B * W));
+  std::vector<double> next_scores(static_cast<std::size_t>(B * W));
 
   for (Index t = 0; t < max_len; ++t) {
-    const Tensor<T>& logits = model.decode_step(tokens, t, memory, cache);  // [B*K, 1, V]
+    const Tensor<T>& logits = model.decode_step(tokens, t, memory, cache);  // [B*W, 1, V]
     bool all_done = true;
     for (Index b = 0; b < B; ++b) {
       const std::size_t ub = static_cast<std::size_t>(b);
       if (done[ub]) {
-        for (Index k = 0; k < K; ++k) {  // keep the rows in place; their outputs are ignored
-          origin[static_cast<std::size_t>(b * K + k)] = b * K + k;
-          next_scores[static_cast<std::size_t>(b * K + k)] = kNegInf;
+        for (Index k = 0; k < W; ++k) {  // keep the rows in place; their outputs are ignored
+          origin[static_cast<std::size_t>(b * W + k)] = b * W + k;
+          next_scores[static_cast<std::size_t>(b * W + k)] = kNegInf;
         }
         continue;
       }
       // Total log-probability of every (beam, token) continuation.
-      for (Index k = 0; k < K; ++k) {
-        const Index r = b * K + k;
+      for (Index k = 0; k < W; ++k) {
+        const Index r = b * W + k;
         const T* row = logits.data() + r * V;
         const double mx = *std::max_element(row, row + V);
         double sum = 0;
@@ -76,7 +77,7 @@ std::vector<std::vector<TokenId>> reference_beam_search(Transformer<T>& model,
               scores[static_cast<std::size_t>(r)] + static_cast<double>(row[v]) - lse;
       }
       std::iota(cand.begin(), cand.end(), Index(0));
-      const Index top = std::min<Index>(2 * K, K * V);
+      const Index top = std::min<Index>(2 * W, W * V);
       std::partial_sort(cand.begin(), cand.begin() + top, cand.end(), [&](Index a, Index c) {
         const double sa = cand_score[static_cast<std::size_t>(a)],
                      sc = cand_score[static_cast<std::size_t>(c)];
@@ -84,47 +85,47 @@ std::vector<std::vector<TokenId>> reference_beam_search(Transformer<T>& model,
       });
       const bool at_limit = t + 1 >= src_len[ub] + opts.max_extra_length;
       Index kept = 0;
-      for (Index i = 0; i < top && kept < K; ++i) {
+      for (Index i = 0; i < top && kept < W; ++i) {
         const Index c = cand[static_cast<std::size_t>(i)];
         const double sc = cand_score[static_cast<std::size_t>(c)];
         if (sc == kNegInf) break;
         const Index k = c / V;
         const TokenId tok = static_cast<TokenId>(c % V);
-        const auto& hyp = hyps[static_cast<std::size_t>(b * K + k)];
+        const auto& hyp = hyps[static_cast<std::size_t>(b * W + k)];
         if (tok == opts.eos) {
-          if (i < K) {
+          if (i < W) {
             const Index len = static_cast<Index>(hyp.size()) + 1;
             finished[ub].push_back({hyp, sc / gnmt_length_penalty(len, opts.length_penalty)});
           }
           continue;
         }
-        const std::size_t dst = static_cast<std::size_t>(b * K + kept);
+        const std::size_t dst = static_cast<std::size_t>(b * W + kept);
         next_hyps[dst] = hyp;
         next_hyps[dst].push_back(tok);
         next_scores[dst] = sc;
-        origin[dst] = b * K + k;
+        origin[dst] = b * W + k;
         ++kept;
       }
-      for (Index k = kept; k < K; ++k) {  // fewer live continuations than beams
-        origin[static_cast<std::size_t>(b * K + k)] = b * K + k;
-        next_scores[static_cast<std::size_t>(b * K + k)] = kNegInf;
-        next_hyps[static_cast<std::size_t>(b * K + k)].clear();
+      for (Index k = kept; k < W; ++k) {  // fewer live continuations than beams
+        origin[static_cast<std::size_t>(b * W + k)] = b * W + k;
+        next_scores[static_cast<std::size_t>(b * W + k)] = kNegInf;
+        next_hyps[static_cast<std::size_t>(b * W + k)].clear();
       }
       if (at_limit) {  // finish the live beams as they stand
         for (Index k = 0; k < kept; ++k) {
-          const auto& hyp = next_hyps[static_cast<std::size_t>(b * K + k)];
+          const auto& hyp = next_hyps[static_cast<std::size_t>(b * W + k)];
           finished[ub].push_back(
-              {hyp, next_scores[static_cast<std::size_t>(b * K + k)] /
+              {hyp, next_scores[static_cast<std::size_t>(b * W + k)] /
                         gnmt_length_penalty(static_cast<Index>(hyp.size()), opts.length_penalty)});
         }
       }
-      if (static_cast<Index>(finished[ub].size()) >= K || at_limit || kept == 0) done[ub] = true;
+      if (static_cast<Index>(finished[ub].size()) >= W || at_limit || kept == 0) done[ub] = true;
       all_done = all_done && done[ub];
     }
     if (all_done) break;
-    for (Index r = 0; r < B * K; ++r) {
+    for (Index r = 0; r < B * W; ++r) {
       const std::size_t ur = static_cast<std::size_t>(r);
-      if (done[static_cast<std::size_t>(r / K)]) continue;
+      if (done[static_cast<std::size_t>(r / W)]) continue;
       hyps[ur].swap(next_hyps[ur]);
       scores[ur] = next_scores[ur];
       tokens(r, 0) = hyps[ur].empty() ? opts.eos : hyps[ur].back();

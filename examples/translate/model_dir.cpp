@@ -5,9 +5,11 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include <attn/error.hpp>
 #include <attn/strict_number.hpp>
@@ -15,6 +17,58 @@
 namespace attn::translate {
 
 namespace fs = std::filesystem;
+
+std::string final_model_path(const std::string& dir) {
+  return (fs::path(dir) / "model.safetensors").string();
+}
+
+std::string checkpoint_path(const std::string& dir, std::int64_t step) {
+  return (fs::path(dir) / ("checkpoint_" + std::to_string(step) + ".safetensors")).string();
+}
+
+std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<std::int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  const std::string prefix = "checkpoint_", suffix = ".safetensors";
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix))
+      continue;
+    const std::string digits =
+        name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    // Not a checkpoint this program wrote (steps are Index values): ignored, like any other file.
+    const std::optional<std::int64_t> step = parse_number<std::int64_t>(digits);
+    if (!step || *step < 0) continue;
+    out.emplace_back(*step, entry.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string model_file(const std::string& dir) {
+  const std::string final_model = final_model_path(dir);
+  if (fs::exists(final_model)) return final_model;
+  const auto ckpts = list_checkpoints(dir);
+  ATTN_CHECK(!ckpts.empty(), IOError, "model directory '", dir,
+             "' has neither model.safetensors nor checkpoint_<step>.safetensors");
+  return ckpts.back().second;
+}
+
+void check_fresh_model_dir(const std::string& dir) {
+  ATTN_CHECK(list_checkpoints(dir).empty(), ConfigError, "model directory '", dir,
+             "' already holds checkpoints; pass --resume to continue, or use another directory");
+  ATTN_CHECK(!fs::exists(final_model_path(dir)), ConfigError, "model directory '", dir,
+             "' already holds a model (model.safetensors); pass --resume to continue, or use "
+             "another directory");
+}
+
+void prune_checkpoints(const std::string& dir, int keep) {
+  const auto ckpts = list_checkpoints(dir);
+  const std::size_t n = static_cast<std::size_t>(std::max(keep, 1));
+  for (std::size_t i = 0; i + n < ckpts.size(); ++i) fs::remove(ckpts[i].second);
+}
 
 ModelDirLock::ModelDirLock(const std::string& dir) {
   std::error_code ec;

@@ -1,12 +1,42 @@
-// Guarding a model directory while a trainer writes to it: an advisory lock so that a second
-// trainer on the same directory is refused (each would prune the other's checkpoints), and the
-// removal of temporary files that killed writers left behind.
+// A model directory of attn-translate, and the trainer's policy for it.
+//
+// Files: spm.model + vocab.txt (the shared subword vocabulary), training checkpoints
+// checkpoint_<step>.safetensors, and model.safetensors (the final or averaged weights). Every
+// weight file carries the model's configuration in its metadata, so a directory describes itself.
+//
+// Policy: a trainer starts only in a directory without weights (or continues one with --resume),
+// keeps the newest --keep checkpoints, and holds an advisory lock while it writes, so that a
+// second trainer on the same directory is refused (each would prune the other's checkpoints).
+// Temporary files that killed writers left behind are removed when the lock is taken.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attn::translate {
+
+/// dir/model.safetensors.
+std::string final_model_path(const std::string& dir);
+/// dir/checkpoint_<step>.safetensors.
+std::string checkpoint_path(const std::string& dir, std::int64_t step);
+
+/// checkpoint_<step>.safetensors files of `dir`, sorted by step (oldest first). Files whose step
+/// is not a non-negative decimal int64 are not checkpoints of this program and are ignored.
+std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& dir);
+
+/// The file a translator loads: model.safetensors if present, else the newest checkpoint.
+/// Throws IOError naming the directory if it has neither.
+std::string model_file(const std::string& dir);
+
+/// ConfigError naming `dir` if it holds checkpoints or a model.safetensors: training afresh would
+/// replace their vocabulary, and so lose them. A vocabulary without weights (a run killed before
+/// its first checkpoint) is nothing to lose, and passes.
+void check_fresh_model_dir(const std::string& dir);
+
+/// Removes all but the newest max(keep, 1) checkpoints of `dir`.
+void prune_checkpoints(const std::string& dir, int keep);
 
 /// An exclusive flock(2) on the directory `dir` (created if missing), held for the object's
 /// lifetime and released by the kernel if the process dies. ConfigError naming the directory if

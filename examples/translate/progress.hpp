@@ -6,6 +6,7 @@
 // are written, each a plain line ending in '\n'.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 
@@ -32,5 +33,22 @@ class ProgressLine {
   bool terminal_;
   bool pending_ = false;  // a status line is on screen without its '\n'
 };
+
+/// "1h02m", "3m05s" or "42s", rounded to the second; "?" for a negative or non-finite time, and
+/// beyond a million hours (an ETA for --steps near 2^63).
+std::string format_duration(double seconds);
+
+/// What the trainer's progress line shows after an update.
+struct StepProgress {
+  std::int64_t step = 0;
+  double loss = 0;  ///< mean smoothed loss per token since the last log point
+  double lr = 0;
+  double tokens_per_second = 0;  ///< target tokens
+  double seconds = 0;            ///< since training (or resuming) started
+  double eta = 0;                ///< seconds left; NaN if unknown
+};
+
+/// "step 100 | loss 4.321 | ppl 75.3 | lr 1.23e-04 | 5000 tok/s | 1m40s | ETA 3m20s".
+std::string format_step_progress(const StepProgress& p);
 
 }  // namespace attn::translate

@@ -18,7 +18,7 @@
 
 #include "distributed.hpp"
 #include "stop_signal.hpp"
-#include "svg.hpp"
+#include "train_report.hpp"
 #include "train_state.hpp"
 #include "translator.hpp"
 
@@ -30,21 +30,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-std::string fmt_duration(double seconds) {
-  // Also "?" beyond a million hours, where the cast to long would overflow (an ETA for --steps
-  // near 2^63).
-  if (!std::isfinite(seconds) || seconds < 0 || seconds > 3.6e9) return "?";
-  const long s = static_cast<long>(seconds + 0.5);
-  std::ostringstream o;
-  if (s >= 3600)
-    o << s / 3600 << "h" << std::setw(2) << std::setfill('0') << (s / 60) % 60 << "m";
-  else if (s >= 60)
-    o << s / 60 << "m" << std::setw(2) << std::setfill('0') << s % 60 << "s";
-  else
-    o << s << "s";
-  return o.str();
-}
 
 std::vector<std::string> both_sides(const ParallelCorpus& c) {
   std::vector<std::string> s = c.src;
@@ -60,15 +45,7 @@ SubwordVocab open_vocab(const TrainOptions& o, const CorpusSplit& data, Replicas
     replicas.barrier();
     return SubwordVocab::load(o.model_dir);
   }
-  ATTN_CHECK(list_checkpoints(o.model_dir).empty(), ConfigError, "model directory '", o.model_dir,
-             "' already holds checkpoints; pass --resume to continue, or use another directory");
-  // A trained model without checkpoints (e.g. after averaging them away) would lose its
-  // vocabulary to a fresh one, and its weights with it. A vocabulary without any weights is what
-  // a run killed before its first checkpoint leaves: nothing to lose, so it is trained again.
-  ATTN_CHECK(!fs::exists(fs::path(o.model_dir) / "model.safetensors"), ConfigError,
-             "model directory '", o.model_dir,
-             "' already holds a model (model.safetensors); pass --resume to continue, or use "
-             "another directory");
+  check_fresh_model_dir(o.model_dir);
   fs::create_directories(o.model_dir);
   BpeTrainOptions bpe;
   bpe.vocab_size = o.vocab_size;
@@ -169,8 +146,7 @@ void Trainer::resume_from(const std::string& path) {
   restore_options(opt_, meta, path);
   build(config_from_model_file(file));
   // Everything the metadata holds is checked before the weights are loaded.
-  const DataPosition position =
-      restore_data_position(meta, path, train_batches_->batches().size());
+  const DataPosition position = restore_data_position(meta, path, train_batches_->batches().size());
   auto it = meta.find("curves");
   curves_ = it != meta.end() ? decode_curves(it->second, path) : std::vector<CurvePoint>{};
   load_training_checkpoint(path, model_->parameters(), *adam_, model_->random_state());
@@ -314,31 +290,35 @@ std::string Trainer::save_checkpoint() {
   auto meta = metadata();
   store_data_position({epoch_, batch_index_}, meta);
   meta["curves"] = encode_curves(curves_);
-  const std::string path =
-      (fs::path(opt_.model_dir) / ("checkpoint_" + std::to_string(step()) + ".safetensors"))
-          .string();
+  const std::string path = checkpoint_path(opt_.model_dir, step());
   const AtomicWriteResult written =
       save_training_checkpoint(path, model_->parameters(), *adam_, model_->random_state(), meta);
   if (!written.warning.empty()) std::cerr << "train: warning: " << written.warning << '\n';
-  const auto ckpts = list_checkpoints(opt_.model_dir);
-  const std::size_t keep = static_cast<std::size_t>(std::max(opt_.keep, 1));
-  for (std::size_t i = 0; i + keep < ckpts.size(); ++i) fs::remove(ckpts[i].second);
+  prune_checkpoints(opt_.model_dir, opt_.keep);
   return path;
 }
+
+bool Trainer::checkpoint_is_current() const {
+  const auto ckpts = list_checkpoints(opt_.model_dir);
+  return !ckpts.empty() && ckpts.back().first == step();
+}
+
+// The updates since the last log point, whose mean loss and tokens per second it shows.
+struct Trainer::LogWindow {
+  double loss_sum = 0;  // of per-update mean losses
+  Index updates = 0;
+  Clock::time_point start = Clock::now();
+};
 
 void Trainer::train(Index max_updates) {
   const auto start = Clock::now();
   const Index first = step();
-  const bool tty = progress_.terminal();
-  double window_loss = 0;  // sum of per-update mean losses since the last log point
-  Index window_steps = 0;
+  LogWindow window;
   train_tokens_ = 0;
-  auto window_start = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   for (;;) {
     if (stop_requested() != 0) {  // between updates: the last one is complete
-      const auto ckpts = list_checkpoints(opt_.model_dir);
-      if (ckpts.empty() || ckpts.back().first != step()) save_checkpoint();
+      if (!checkpoint_is_current()) save_checkpoint();
       interrupted_ = true;
       break;
     }
@@ -346,46 +326,46 @@ void Trainer::train(Index max_updates) {
     if (max_updates > 0 && step() - first >= max_updates) break;
     // Clocks differ between ranks; rank 0's decides, or one rank would wait for the others.
     if (opt_.minutes > 0 && replicas_->rank0_decides(elapsed() >= opt_.minutes * 60)) break;
-    const double loss = update();
-    window_loss += loss;
-    ++window_steps;
+    window.loss_sum += update();
+    ++window.updates;
+    report_progress(window, first, elapsed());
     const Index s = step();
-    const bool log_point = opt_.log_every > 0 && s % opt_.log_every == 0;
-    if (log_point || tty) {
-      const double mean = window_loss / static_cast<double>(window_steps);
-      const double secs = elapsed();
-      const double per_step = secs / static_cast<double>(s - first);
-      double eta = kNaN;
-      if (opt_.steps > 0) eta = per_step * static_cast<double>(opt_.steps - s);
-      if (opt_.minutes > 0)
-        eta =
-            std::isfinite(eta) ? std::min(eta, opt_.minutes * 60 - secs) : opt_.minutes * 60 - secs;
-      const double lr = noam_lr(s, model_->config().d_model, opt_.warmup, opt_.lr_factor);
-      const double tok_s = static_cast<double>(train_tokens_) /
-                           std::chrono::duration<double>(Clock::now() - window_start).count();
-      if (!opt_.quiet) {
-        std::ostringstream line;
-        line << "step " << s << " | loss " << std::fixed << std::setprecision(3) << mean
-             << " | ppl " << std::setprecision(1) << std::exp(mean) << " | lr " << std::scientific
-             << std::setprecision(2) << lr << " | " << std::fixed << std::setprecision(0) << tok_s
-             << " tok/s | " << fmt_duration(secs) << " | ETA " << fmt_duration(eta);
-        if (log_point)
-          progress_.line(line.str());
-        else
-          progress_.status(line.str());
-      }
-      if (log_point) {
-        curves_.push_back({s, mean, kNaN, kNaN});
-        window_loss = 0;
-        window_steps = 0;
-        train_tokens_ = 0;
-        window_start = Clock::now();
-      }
-    }
     if (opt_.valid_every > 0 && s % opt_.valid_every == 0) run_validation();
     if (opt_.checkpoint_every > 0 && s % opt_.checkpoint_every == 0) save_checkpoint();
   }
   progress_.finish();
+}
+
+void Trainer::report_progress(LogWindow& window, Index first, double seconds) {
+  const Index s = step();
+  const bool log_point = opt_.log_every > 0 && s % opt_.log_every == 0;
+  if (!log_point && !progress_.terminal()) return;
+  const double mean = window.loss_sum / static_cast<double>(window.updates);
+  if (!opt_.quiet) {
+    StepProgress p;
+    p.step = s;
+    p.loss = mean;
+    p.lr = noam_lr(s, model_->config().d_model, opt_.warmup, opt_.lr_factor);
+    p.tokens_per_second = static_cast<double>(train_tokens_) /
+                          std::chrono::duration<double>(Clock::now() - window.start).count();
+    p.seconds = seconds;
+    p.eta = kNaN;  // the sooner of --steps and --minutes
+    if (opt_.steps > 0)
+      p.eta = seconds / static_cast<double>(s - first) * static_cast<double>(opt_.steps - s);
+    if (opt_.minutes > 0)
+      p.eta = std::isfinite(p.eta) ? std::min(p.eta, opt_.minutes * 60 - seconds)
+                                   : opt_.minutes * 60 - seconds;
+    const std::string line = format_step_progress(p);
+    if (log_point)
+      progress_.line(line);
+    else
+      progress_.status(line);
+  }
+  if (log_point) {
+    curves_.push_back({s, mean, kNaN, kNaN});
+    window = LogWindow{};
+    train_tokens_ = 0;
+  }
 }
 
 void Trainer::run_validation() {
@@ -410,12 +390,10 @@ void Trainer::run_validation() {
 
 void Trainer::finish() {
   if (replicas_->rank() != 0) return;
-  const auto ckpts = list_checkpoints(opt_.model_dir);
   const bool validated =
       !curves_.empty() && curves_.back().step == step() && !std::isnan(curves_.back().valid_loss);
   if (!validated && valid_batches_) run_validation();
-  if (ckpts.empty() || ckpts.back().first != step()) save_checkpoint();
-  const std::string final_path = (fs::path(opt_.model_dir) / "model.safetensors").string();
+  if (!checkpoint_is_current()) save_checkpoint();
   const int available = static_cast<int>(list_checkpoints(opt_.model_dir).size());
   if (opt_.average > 1 && available > 1) {
     const int n = std::min(opt_.average, available);
@@ -424,72 +402,13 @@ void Trainer::finish() {
                 << "; --keep is " << opt_.keep << ")\n";
     average_last(opt_.model_dir, n);
   } else {
-    save_model(final_path, *model_, metadata());
+    save_model(final_model_path(opt_.model_dir), *model_, metadata());
   }
   if (opt_.svg) {
-    write_curves();
-    write_attention();
+    write_curves_svg((fs::path(opt_.model_dir) / "curves.svg").string(), curves_);
+    write_attention_svg((fs::path(opt_.model_dir) / "attention.svg").string(), *model_, vocab_,
+                        valid_src_ids_, data_.valid.src);
   }
-}
-
-void Trainer::write_curves() const {
-  PlotSeries train{"train loss", {}, {}, false}, valid{"valid loss", {}, {}, false},
-      bleu{"valid BLEU", {}, {}, true};
-  for (const auto& c : curves_) {
-    if (std::isfinite(c.train_loss)) {
-      train.x.push_back(static_cast<double>(c.step));
-      train.y.push_back(c.train_loss);
-    }
-    if (std::isfinite(c.valid_loss)) {
-      valid.x.push_back(static_cast<double>(c.step));
-      valid.y.push_back(c.valid_loss);
-      bleu.x.push_back(static_cast<double>(c.step));
-      bleu.y.push_back(c.valid_bleu);
-    }
-  }
-  LinePlotOptions o;
-  o.title = "attn-translate: loss and BLEU";
-  write_svg((fs::path(opt_.model_dir) / "curves.svg").string(),
-            line_plot_svg({train, valid, bleu}, o));
-}
-
-void Trainer::write_attention() {
-  if (valid_src_ids_.empty() || valid_src_ids_[0].empty()) return;
-  // The first validation sentence of 8-20 subword tokens: long enough to show an alignment,
-  // short enough for readable labels.
-  std::size_t pick = 0;
-  for (std::size_t i = 0; i < valid_src_ids_.size(); ++i)
-    if (valid_src_ids_[i].size() >= 8 && valid_src_ids_[i].size() <= 20) {
-      pick = i;
-      break;
-    }
-  detail::EvalGuard<float> guard(*model_);
-  TranslateOptions t;
-  t.greedy = true;
-  const std::vector<TokenId>& src_ids = valid_src_ids_[pick];
-  const std::vector<TokenId> hyp = translate_ids(*model_, {src_ids}, t)[0];
-  std::vector<TokenId> tgt_ids{SubwordVocab::kBos};
-  tgt_ids.insert(tgt_ids.end(), hyp.begin(), hyp.end());
-  Tensor<TokenId> src({1, static_cast<Index>(src_ids.size())}),
-      tgt({1, static_cast<Index>(tgt_ids.size())});
-  for (std::size_t i = 0; i < src_ids.size(); ++i) src(0, static_cast<Index>(i)) = src_ids[i];
-  for (std::size_t i = 0; i < tgt_ids.size(); ++i) tgt(0, static_cast<Index>(i)) = tgt_ids[i];
-  model_->encoder.keep_attention_weights(true);
-  model_->decoder.keep_attention_weights(true);
-  model_->forward(src, tgt);
-  std::vector<AttentionPanel> panels;
-  for (std::size_t l = 0; l < model_->decoder.layers.size(); ++l) {
-    const Tensor<float>& w = model_->decoder.layers[l]->multihead_attn.attention_weights();
-    auto p = attention_panels(w.slice(0), "layer " + std::to_string(l + 1) + ", ");
-    panels.insert(panels.end(), p.begin(), p.end());
-  }
-  model_->encoder.keep_attention_weights(false);
-  model_->decoder.keep_attention_weights(false);
-  AttentionPlotOptions o;
-  o.title = "encoder-decoder attention: " + data_.valid.src[pick];
-  o.columns = static_cast<int>(model_->config().heads);
-  write_svg((fs::path(opt_.model_dir) / "attention.svg").string(),
-            attention_svg(vocab_.pieces(src_ids), vocab_.pieces(tgt_ids), panels, o));
 }
 
 }  // namespace attn::translate

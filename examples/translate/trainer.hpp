@@ -1,6 +1,9 @@
 // The training loop of attn-translate: vocabulary, batching, Adam with the paper's schedule,
-// gradient accumulation, validation (loss, perplexity, greedy BLEU), checkpoints that resume
-// bit-exactly (parameters, Adam moments, dropout RNG, step and data position), averaging and plots.
+// gradient accumulation, progress output, validation (loss, perplexity, greedy BLEU), checkpoints
+// that resume bit-exactly (parameters, Adam moments, dropout RNG, step and data position) and the
+// final model. Beside it: what a checkpoint's metadata holds (train_state.hpp), the model
+// directory's files and policy (model_dir.hpp), the progress line (progress.hpp) and the SVG
+// reports (train_report.hpp).
 #pragma once
 
 #include <chrono>
@@ -21,6 +24,7 @@
 #include "corpus_io.hpp"
 #include "model_dir.hpp"
 #include "progress.hpp"
+#include "train_report.hpp"  // CurvePoint
 
 namespace attn::translate {
 
@@ -89,12 +93,6 @@ struct TrainOptions {
   }
 };
 
-/// One point of the learning curves (NaN where not measured).
-struct CurvePoint {
-  Index step = 0;
-  double train_loss = 0, valid_loss = 0, valid_bleu = 0;
-};
-
 class Trainer {
  public:
   /// Trains the vocabulary on data.train (both sides) or, with options.resume, loads the
@@ -141,14 +139,16 @@ class Trainer {
 
  private:
   void build(const TransformerConfig& config);  // batchers, model, Adam, loss from opt_
-  void resume_from(const std::string& path);      // build() from a checkpoint, then load it
+  void resume_from(const std::string& path);    // build() from a checkpoint, then load it
   void resume_newest_loadable(const TrainOptions& given);
   std::map<std::string, std::string> metadata() const;
   const Batch& next_batch();
-  double update();        // one optimiser step; returns its mean smoothed loss
-  void run_validation();  // validate(), print it and add it to the curves
-  void write_curves() const;
-  void write_attention();
+  double update();  // one optimiser step; returns its mean smoothed loss
+  struct LogWindow;
+  // The progress line after an update; at a log point also a curve point, and a new window.
+  void report_progress(LogWindow& window, Index first, double seconds);
+  void run_validation();               // validate(), print it and add it to the curves
+  bool checkpoint_is_current() const;  // a checkpoint of this step is on disk
 
   TrainOptions opt_;
   CorpusSplit data_;

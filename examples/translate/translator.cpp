@@ -1,51 +1,17 @@
 #include "translator.hpp"
 
 #include <algorithm>
-#include <filesystem>
 #include <numeric>
-#include <optional>
 #include <sstream>
 
-#include <attn/train/averaging.hpp>
 #include <attn/strict_number.hpp>
+#include <attn/train/averaging.hpp>
 #include <attn/train/checkpoint.hpp>
 #include <attn/train/model_file.hpp>
 
 #include "corpus_io.hpp"
 
 namespace attn::translate {
-
-namespace fs = std::filesystem;
-
-std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& dir) {
-  std::vector<std::pair<std::int64_t, std::string>> out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  const std::string prefix = "checkpoint_", suffix = ".safetensors";
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix))
-      continue;
-    const std::string digits =
-        name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-    // Not a checkpoint this program wrote (steps are Index values): ignored, like any other file.
-    const std::optional<std::int64_t> step = parse_number<std::int64_t>(digits);
-    if (!step || *step < 0) continue;
-    out.emplace_back(*step, entry.path().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::string model_file(const std::string& dir) {
-  const fs::path final_model = fs::path(dir) / "model.safetensors";
-  if (fs::exists(final_model)) return final_model.string();
-  const auto ckpts = list_checkpoints(dir);
-  ATTN_CHECK(!ckpts.empty(), IOError, "model directory '", dir,
-             "' has neither model.safetensors nor checkpoint_<step>.safetensors");
-  return ckpts.back().second;
-}
 
 namespace {
 
@@ -123,7 +89,8 @@ namespace {
 Index parse_max_len(const std::map<std::string, std::string>& m, const std::string& file) {
   auto it = m.find(kMaxLenKey);
   ATTN_CHECK(it != m.end(), FormatError, file, " lacks metadata ", kMaxLenKey);
-  const Index v = parse_number_or_throw<Index>(it->second, file, std::string("metadata ") + kMaxLenKey);
+  const Index v =
+      parse_number_or_throw<Index>(it->second, file, std::string("metadata ") + kMaxLenKey);
   ATTN_CHECK(v >= 1 && v <= kMaxTranslateLength, FormatError, file, ": metadata ", kMaxLenKey,
              " = ", v, " is outside [1, ", kMaxTranslateLength, "]");
   return v;
@@ -157,8 +124,9 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& l
                ": expected UTF-8 text, found an invalid byte sequence at byte offset ", bad);
     ids[i] = vocab_.encode(lines[i]);
     ATTN_CHECK(static_cast<Index>(ids[i].size()) <= max_len_, DataError, input_name, " line ",
-               first_line + i, " has ", ids[i].size(), " subword tokens, more than the model's max_len ",
-               max_len_, " (the longest it was trained on)");
+               first_line + i, " has ", ids[i].size(),
+               " subword tokens, more than the model's max_len ", max_len_,
+               " (the longest it was trained on)");
   }
   const auto out = translate_ids(*model_, ids, options);
   std::vector<std::string> text(out.size());
@@ -203,7 +171,7 @@ std::vector<std::string> average_last(const std::string& dir, int n) {
   std::vector<std::string> paths;
   for (std::size_t i = ckpts.size() - static_cast<std::size_t>(n); i < ckpts.size(); ++i)
     paths.push_back(ckpts[i].second);
-  average_files(paths, (fs::path(dir) / "model.safetensors").string());
+  average_files(paths, final_model_path(dir));
   return paths;
 }
 

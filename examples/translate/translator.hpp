@@ -1,7 +1,7 @@
 // Loading a trained model directory and translating with it: the inference half of attn-translate.
 //
-// A model directory holds spm.model + vocab.txt (the shared subword vocabulary) and either
-// model.safetensors (final or averaged weights) or training checkpoints
+// A model directory (model_dir.hpp) holds spm.model + vocab.txt (the shared subword vocabulary)
+// and either model.safetensors (final or averaged weights) or training checkpoints
 // checkpoint_<step>.safetensors; the model's configuration travels in each file's metadata, so a
 // directory is self-describing.
 #pragma once
@@ -18,6 +18,7 @@
 
 #include "bleu.hpp"
 #include "bpe.hpp"
+#include "model_dir.hpp"  // list_checkpoints, model_file
 
 namespace attn::translate {
 
@@ -27,13 +28,6 @@ inline constexpr const char* kMaxLenKey = "translate.max_len";
 inline constexpr Index kMaxTranslateLength = Index(1) << 16;
 inline constexpr const char* kVocabSizeKey = "vocab.size";
 inline constexpr const char* kVocabHashKey = "vocab.hash";
-
-/// checkpoint_<step>.safetensors files of `dir`, sorted by step (oldest first).
-std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& dir);
-
-/// The file a translator loads: model.safetensors if present, else the newest checkpoint.
-/// Throws IOError naming the directory if it has neither.
-std::string model_file(const std::string& dir);
 
 /// Throws FormatError if `metadata` names a vocabulary other than `vocab` (e.g. a checkpoint
 /// copied in from another model directory).

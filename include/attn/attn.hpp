@@ -1,5 +1,7 @@
-// The one header users include: the whole of attn but the checkpoint files (train/safetensors.hpp,
-// train/checkpoint.hpp, train/averaging.hpp), which also need nlohmann-json.
+// The one header users include: the whole of attn but the headers that read or write safetensors
+// files (train/safetensors*.hpp, checkpoint.hpp, averaging.hpp, model_file.hpp, atomic_file.hpp),
+// which also need nlohmann-json (CMake target attn::checkpoint), train/data_parallel.hpp, which
+// needs MPI (attn::mpi), and kernels/gemm_naive.hpp, the tests' reference product.
 #pragma once
 
 #include "attn/error.hpp"

@@ -1,0 +1,197 @@
+#include "cli_train.hpp"
+
+#include <algorithm>
+#include <csignal>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli_common.hpp"
+#include "distributed.hpp"
+#include "stop_signal.hpp"
+#include "translator.hpp"
+
+namespace attn::translate {
+
+namespace {
+
+void add_data_flags(CLI::App* train, TrainDataFlags& f) {
+  train->add_option("--src", f.src,
+                    "training source file, one sentence a line, plain or gzip (default: none, "
+                    "train on the built-in corpus of --mix)");
+  train->add_option("--tgt", f.tgt,
+                    "training target file, line-aligned with --src (default: none)");
+  train->add_option("--valid-src", f.valid_src,
+                    "validation source file (default: none; the built-in split with --src unset)");
+  train->add_option("--valid-tgt", f.valid_tgt, "validation target file (default: none)");
+  train->add_option("--test-src", f.test_src,
+                    "test source file (default: none; the built-in split with --src unset)");
+  train->add_option("--test-tgt", f.test_tgt, "test target file (default: none)");
+  train
+      ->add_option("--mix", f.mix,
+                   "sources of the built-in corpus, comma-separated: descriptions (Debian package "
+                   "descriptions), sentences, phrases, words (of the trans-de-en dictionary), "
+                   "gettext")
+      ->capture_default_str();
+  train
+      ->add_option("--sentence-weight", f.builtin.sentence_weight,
+                   "copies of each dictionary sentence in the built-in training set")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  train
+      ->add_option("--apt-lists-dir", f.builtin.apt_lists_dir,
+                   "where apt keeps *_i18n_Translation-{en,de} (built-in corpus)")
+      ->capture_default_str();
+  train
+      ->add_option("--dictionary", f.builtin.dictionary_path,
+                   "the trans-de-en dictionary (built-in corpus)")
+      ->capture_default_str();
+  train
+      ->add_option("--gettext-dir", f.builtin.gettext_dir,
+                   "the .mo catalogs (built-in corpus, with --mix gettext)")
+      ->capture_default_str();
+}
+
+void add_model_flags(CLI::App* train, TrainOptions& t) {
+  train->add_option("--preset", t.preset, "model size")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tiny", "small", "base", "big"}));
+  train->add_option("--d-model", t.d_model, "override d_model (0: preset)")->capture_default_str();
+  train->add_option("--layers", t.layers, "override encoder and decoder layers (0: preset)")
+      ->capture_default_str();
+  train->add_option("--heads", t.heads, "override attention heads (0: preset)")
+      ->capture_default_str();
+  train->add_option("--d-ff", t.d_ff, "override feed-forward width (0: preset)")
+      ->capture_default_str();
+  train->add_option("--dropout", t.dropout, "override P_drop (< 0: preset)")->capture_default_str();
+}
+
+// The loss, the schedule and what one update sees: batches, their accumulation, the vocabulary
+// and the length limit.
+void add_optimisation_flags(CLI::App* train, TrainCommand& c) {
+  TrainOptions& t = c.options;
+  train->add_option("--label-smoothing", t.label_smoothing, "epsilon_ls")->capture_default_str();
+  train->add_option("--warmup", t.warmup, "warmup steps of the Noam schedule")
+      ->capture_default_str();
+  train->add_option("--lr-factor", t.lr_factor, "factor of the Noam schedule")
+      ->capture_default_str();
+  train
+      ->add_option("--clip-norm", t.clip_norm,
+                   "clip the global gradient norm to this before each update (0: off)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--max-tokens", t.max_tokens, "padded tokens per batch")->capture_default_str();
+  train->add_flag("--max-tokens-per-rank", c.max_tokens_per_rank,
+                  "under mpirun, --max-tokens is one rank's share of a batch, not the whole "
+                  "batch (default: off)");
+  train
+      ->add_option("--tokens-per-update", t.tokens_per_update,
+                   "accumulate batches until this many target tokens (0: one batch)")
+      ->capture_default_str();
+  train->add_option("--vocab-size", t.vocab_size, "shared BPE vocabulary size")
+      ->capture_default_str();
+  train->add_option("--max-len", t.max_len, "subword tokens per side (longer pairs skipped)")
+      ->capture_default_str();
+}
+
+// How long training runs, and what it leaves in --model-dir.
+void add_run_flags(CLI::App* train, TrainOptions& t) {
+  train->add_option("--steps", t.steps, "stop after this many updates (0: no limit)")
+      ->capture_default_str();
+  train->add_option("--minutes", t.minutes, "stop after this wall time (0: no limit)")
+      ->capture_default_str();
+  train->add_option("--valid-every", t.valid_every, "validate every N updates (0: at the end)")
+      ->capture_default_str();
+  train
+      ->add_option("--checkpoint-every", t.checkpoint_every,
+                   "checkpoint every N updates (0: at the end)")
+      ->capture_default_str();
+  train->add_option("--keep", t.keep, "training checkpoints kept")->capture_default_str();
+  train
+      ->add_option("--average", t.average,
+                   "average the last N checkpoints into model.safetensors (0: last weights)")
+      ->capture_default_str();
+  train->add_option("--seed", t.seed, "initialisation, dropout and data order")
+      ->capture_default_str();
+  train->add_flag("--resume", t.resume,
+                  "continue from the newest checkpoint of --model-dir, with its training "
+                  "options (default: off)");
+}
+
+void add_report_flags(CLI::App* train, TrainCommand& c) {
+  TrainOptions& t = c.options;
+  train->add_option("--svg", t.svg, "write curves.svg and attention.svg")->capture_default_str();
+  train->add_option("--log-every", t.log_every, "progress line every N updates")
+      ->capture_default_str();
+  train
+      ->add_option("--bleu-sentences", t.bleu_sentences,
+                   "validation sentences decoded for BLEU (0: all)")
+      ->capture_default_str();
+  train->add_flag("--tokenize-none", t.tokenize_none,
+                  "BLEU on whitespace tokens, not 13a (default: off)");
+  train->add_option("--show", c.show, "test translations printed at the end")
+      ->capture_default_str();
+}
+
+// The saved model's test BLEU, then `show` translations: the everyday sentences of the built-in
+// test set first (`showcase`), then the others in order.
+void report_test(Trainer& trainer, const TrainOptions& t, const std::vector<std::size_t>& showcase,
+                 int show) {
+  // Scored as saved: model.safetensors holds the averaged weights when --average > 1.
+  const auto& test = trainer.data().test;
+  std::vector<std::string> hyps;
+  Translator saved(t.model_dir);
+  const BleuScore bleu =
+      saved.evaluate(test.src, test.tgt, TranslateOptions{}, trainer.bleu_options(), &hyps, "test");
+  std::cout << "test BLEU (beam 4, alpha 0.6, model.safetensors = "
+            << (t.average > 1 ? "average of the last " + std::to_string(t.average) + " checkpoints"
+                              : std::string("last weights"))
+            << "): " << bleu.str() << '\n';
+  std::vector<std::size_t> shown(showcase.begin(), showcase.end());
+  for (std::size_t i = 0; i < hyps.size(); ++i)
+    if (std::find(shown.begin(), shown.end(), i) == shown.end()) shown.push_back(i);
+  shown.resize(std::min(shown.size(), static_cast<std::size_t>(show)));
+  for (std::size_t i : shown)
+    std::cout << "  English:   " << test.src[i] << "\n  attn:      " << hyps[i]
+              << "\n  reference: " << test.tgt[i] << "\n\n";
+}
+
+}  // namespace
+
+CLI::App* add_train(CLI::App& app, TrainCommand& c, int& threads) {
+  CLI::App* train = app.add_subcommand(
+      "train", "train a model (default data: the built-in English->German corpus)");
+  add_threads(train, threads);
+  train->add_option("--model-dir", c.options.model_dir, "output directory")->required();
+  add_data_flags(train, c.data);
+  add_model_flags(train, c.options);
+  add_optimisation_flags(train, c);
+  add_run_flags(train, c.options);
+  add_report_flags(train, c);
+  c.app = train;
+  return train;
+}
+
+int run_train(TrainCommand& c, int threads, std::shared_ptr<Replicas>& replicas) {
+  TrainOptions& t = c.options;
+  t.threads = threads;
+  apply_mix(c.data.mix, c.data.builtin);
+  replicas = join_replicas(t, threads_given(*c.app), c.max_tokens_per_rank);
+  BuiltinCorpus corpus = load_train_data(c.data);
+  install_stop_handlers();  // Ctrl-C / SIGTERM: checkpoint, then exit 130 / 143
+  Trainer trainer(t, std::move(corpus.split), replicas);
+  trainer.train();
+  if (trainer.interrupted()) {
+    std::cerr << "attn-translate: interrupted by "
+              << (stop_requested() == SIGINT ? "SIGINT" : "SIGTERM") << " at step "
+              << trainer.step() << "; checkpoint written, continue with train --resume\n";
+    return 128 + stop_requested();
+  }
+  trainer.finish();
+  if (replicas->rank() != 0) return 0;  // rank 0 writes and reports
+  std::cerr << "model written to " << t.model_dir << "/model.safetensors\n";
+  if (!trainer.data().test.empty()) report_test(trainer, t, corpus.showcase, c.show);
+  return 0;
+}
+
+}  // namespace attn::translate

@@ -1,0 +1,72 @@
+#include "cli_translate.hpp"
+
+#include <iostream>
+#include <vector>
+
+#include <attn/error.hpp>
+
+#include "cli_common.hpp"
+#include "corpus_io.hpp"
+
+namespace attn::translate {
+
+namespace {
+
+std::vector<std::string> read_input(const std::string& path) {
+  if (path != "-") return read_lines(path);
+  std::vector<std::string> lines;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (lines.empty()) strip_utf8_bom(line);
+    const std::size_t bad = find_invalid_utf8(line);
+    ATTN_CHECK(bad == std::string::npos, DataError, "<stdin> line ", lines.size() + 1,
+               ": expected UTF-8 text, found an invalid byte sequence at byte offset ", bad,
+               " of the line");
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+void write_output(const std::string& path, const std::vector<std::string>& lines) {
+  if (path != "-") return write_lines(path, lines);
+  for (const auto& l : lines) std::cout << l << '\n';
+  std::cout.flush();
+}
+
+// Interactive: each line is answered as soon as it is read.
+void translate_stream(const TranslateCommand& c) {
+  Translator translator(c.model_dir);
+  std::size_t n = 0;
+  for (std::string line; std::getline(std::cin, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    std::cout << translator.translate({line}, c.decode, "<stdin>", ++n)[0] << std::endl;
+  }
+}
+
+}  // namespace
+
+CLI::App* add_translate(CLI::App& app, TranslateCommand& c, int& threads) {
+  CLI::App* translate = app.add_subcommand("translate", "translate lines with a trained model");
+  add_threads(translate, threads);
+  translate->add_option("--model-dir", c.model_dir, "trained model directory")->required();
+  translate->add_option("--input", c.input, "input file, - for stdin")->capture_default_str();
+  translate->add_option("--output", c.output, "output file, - for stdout")->capture_default_str();
+  add_decode_flags(translate, c.decode);
+  return translate;
+}
+
+int run_translate(const TranslateCommand& c) {
+  if (c.input == "-" && c.output == "-") {
+    translate_stream(c);
+    return 0;
+  }
+  // Input first: a bad input file is reported without waiting for the model to load.
+  const std::vector<std::string> lines = read_input(c.input);
+  Translator translator(c.model_dir);
+  write_output(c.output, translator.translate(lines, c.decode,
+                                              c.input == "-" ? "<stdin>" : "'" + c.input + "'"));
+  return 0;
+}
+
+}  // namespace attn::translate
