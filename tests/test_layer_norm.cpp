@@ -1,4 +1,5 @@
 // LayerNorm: hand-computed values, the biased-variance convention, kernel vs module, gradients.
+#include <attn/kernels/residual.hpp>
 #include <attn/nn/layer_norm.hpp>
 
 #include "gradcheck.hpp"
@@ -172,6 +173,77 @@ TEST(LayerNorm, RejectsBadConfigAndShapes) {
     EXPECT_NE(std::string(e.what()).find("[2, 8]"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("[3, 8]"), std::string::npos) << e.what();
   }
+}
+
+// The fused residual connection (kernels/residual.hpp) against the separate kernels it replaces:
+// dropout, add, layer norm. Bitwise, for float (the AVX-512 mask where the CPU has it) and double,
+// with and without dropout, rows that are not a multiple of the vector width.
+template <class T>
+void expect_fused_residual_is_bitwise_unfused(double p) {
+  const Index rows = 37, D = 67, n = rows * D;
+  Tensor<T> x({rows, D}), f({rows, D}), gamma({D}), beta({D});
+  Rng rng(11);
+  fill_normal(x, rng, 0.5, 2);
+  fill_normal(f, rng, -0.1, 1);
+  fill_normal(gamma, rng, 1, 0.2);
+  fill_normal(beta, rng, 0, 0.2);
+  const std::uint64_t key = 0xfeedULL;
+  // Unfused: d = dropout(f), s = x + d, y = LayerNorm(s).
+  Tensor<T> d({rows, D}), s_ref({rows, D}), y_ref({rows, D}), mean_ref({rows}), rstd_ref({rows});
+  if (p > 0) {
+    kernels::dropout_forward(d.data(), f.data(), n, p, key);
+  } else {
+    std::copy(f.begin(), f.end(), d.begin());
+  }
+  for (Index i = 0; i < n; ++i) s_ref.data()[i] = x.data()[i] + d.data()[i];
+  kernels::layer_norm_forward(y_ref.data(), mean_ref.data(), rstd_ref.data(), s_ref.data(),
+                              gamma.data(), beta.data(), rows, D, 1e-5);
+  Tensor<T> s({rows, D}), y({rows, D}), mean({rows}), rstd({rows}), added({rows, D});
+  kernels::residual_layer_norm_forward(y.data(), s.data(), mean.data(), rstd.data(), x.data(),
+                                       f.data(), p, key, gamma.data(), beta.data(), rows, D, 1e-5);
+  kernels::residual_add(added.data(), x.data(), f.data(), n, p, key);
+  for (Index i = 0; i < n; ++i) {
+    ASSERT_EQ(s.data()[i], s_ref.data()[i]) << i;
+    ASSERT_EQ(added.data()[i], s_ref.data()[i]) << i;
+    ASSERT_EQ(y.data()[i], y_ref.data()[i]) << i;
+  }
+  for (Index r = 0; r < rows; ++r) {
+    ASSERT_EQ(mean.data()[r], mean_ref.data()[r]);
+    ASSERT_EQ(rstd.data()[r], rstd_ref.data()[r]);
+  }
+}
+
+TEST(LayerNorm, FusedResidualIsBitwiseTheSeparateKernels) {
+  for (const double p : {0.0, 0.1, 0.5}) {
+    expect_fused_residual_is_bitwise_unfused<float>(p);
+    expect_fused_residual_is_bitwise_unfused<double>(p);
+  }
+}
+
+// The module path: forward_residual with a Dropout's fused mask equals Dropout, add and
+// LayerNorm::forward, and its backward (with respect to the sum) equals LayerNorm::backward's.
+TEST(LayerNorm, ForwardResidualMatchesDropoutAddNorm) {
+  const Index B = 3, L = 5, D = 16;
+  Tensor<float> x({B, L, D}), f({B, L, D}), dy({B, L, D});
+  Rng rng(4);
+  fill_normal(x, rng, 0, 1);
+  fill_normal(f, rng, 0, 1);
+  fill_normal(dy, rng, 0, 1);
+  LayerNorm<float> fused(D), plain(D);
+  Dropout<float> drop_fused(0.3), drop_plain(0.3);  // same default state: the same keys
+  const Tensor<float>& y = fused.forward_residual(x, f, drop_fused.fused_forward(f.shape()));
+  const Tensor<float>& d = drop_plain.forward(f);
+  Tensor<float> s({B, L, D});
+  for (Index i = 0; i < s.numel(); ++i) s.data()[i] = x.data()[i] + d.data()[i];
+  const Tensor<float>& y_ref = plain.forward(s);
+  for (Index i = 0; i < y.numel(); ++i) ASSERT_EQ(y.data()[i], y_ref.data()[i]) << i;
+  const Tensor<float>& ds = fused.backward(dy);
+  const Tensor<float>& ds_ref = plain.backward(dy);
+  for (Index i = 0; i < ds.numel(); ++i) ASSERT_EQ(ds.data()[i], ds_ref.data()[i]) << i;
+  const Tensor<float>& df = drop_fused.backward(ds);
+  const Tensor<float>& df_ref = drop_plain.backward(ds_ref);
+  for (Index i = 0; i < df.numel(); ++i) ASSERT_EQ(df.data()[i], df_ref.data()[i]) << i;
+  EXPECT_THROW(fused.forward_residual(x, Tensor<float>({B, L, D + 1}), DropoutMask{}), ShapeError);
 }
 
 }  // namespace

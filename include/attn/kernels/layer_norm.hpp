@@ -11,24 +11,34 @@
 
 namespace attn::kernels {
 
+namespace detail {
+
+/// One row of layer_norm_forward: y[D] from x[D]; writes the row's mean and rstd.
+template <class T>
+void layer_norm_row(T* y, T& mean, T& rstd, const T* x, const T* gamma, const T* beta, Index D,
+                    double eps) {
+  using Row = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
+  const Row xr(x, D);
+  // Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2, which cancels
+  // catastrophically in float when |mean| >> std.
+  const T mu = xr.mean();
+  const T var = (xr - mu).square().mean();
+  const T rs = T(1) / std::sqrt(var + static_cast<T>(eps));
+  mean = mu;
+  rstd = rs;
+  Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>(y, D) =
+      (xr - mu) * rs * Row(gamma, D) + Row(beta, D);
+}
+
+}  // namespace detail
+
 /// y[N, D] = LayerNorm(x[N, D]) with gamma[D], beta[D]; writes mean[N] and rstd[N], which is
 /// all backward needs besides x and gamma. Rows are independent, so they run in parallel.
 template <class T>
 void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, const T* beta,
                         Index rows, Index D, double eps) {
-  using Row = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
-  using RowOut = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
-  const Row g(gamma, D), b(beta, D);
   parallel_for(rows, D, kParallelMinRowwise, [&](Index r) {
-    const Row xr(x + r * D, D);
-    // Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2, which cancels
-    // catastrophically in float when |mean| >> std.
-    const T mu = xr.mean();
-    const T var = (xr - mu).square().mean();
-    const T rs = T(1) / std::sqrt(var + static_cast<T>(eps));
-    mean[r] = mu;
-    rstd[r] = rs;
-    RowOut(y + r * D, D) = (xr - mu) * rs * g + b;
+    detail::layer_norm_row(y + r * D, mean[r], rstd[r], x + r * D, gamma, beta, D, eps);
   });
 }
 

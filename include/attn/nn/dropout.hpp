@@ -16,6 +16,13 @@
 
 namespace attn {
 
+/// What a fused kernel needs to apply a Dropout's mask itself: the drop probability (0 when the
+/// Dropout is the identity) and the mask key.
+struct DropoutMask {
+  double p = 0;
+  std::uint64_t key = 0;
+};
+
 template <class T>
 class Dropout : public Module<T> {
  public:
@@ -26,22 +33,34 @@ class Dropout : public Module<T> {
   /// x [...] -> y [...]. In evaluation mode or with p = 0 the result is a handle to x itself.
   const Tensor<T>& forward(const Tensor<T>& x) {
     active_ = this->is_training() && p_ > 0.0;
+    shape_ = x.shape();
     if (!active_) {
       passthrough_ = x;
       return passthrough_;
     }
     key_ = state_->next_key();
+    shape_ = x.shape();
     y_.resize(x.shape());
     kernels::dropout_forward<T>(y_.data(), x.data(), x.numel(), p_, key_);
     return y_;
   }
 
+  /// For a caller that applies this dropout inside a fused kernel (kernels/residual.hpp) to an
+  /// input of `shape`: takes the key forward would take and keeps it, so backward works as after
+  /// forward. The result has p = 0 when forward would be the identity.
+  DropoutMask fused_forward(const Shape& shape) {
+    active_ = this->is_training() && p_ > 0.0;
+    shape_ = shape;
+    if (!active_) return {};
+    key_ = state_->next_key();
+    return {p_, key_};
+  }
+
   /// dy [...] -> dx [...], with the mask of the last forward (a handle to dy when it was the
   /// identity).
   const Tensor<T>& backward(const Tensor<T>& dy) {
-    const Shape& expected = active_ ? y_.shape() : passthrough_.shape();
-    ATTN_CHECK(dy.shape() == expected, ShapeError, "Dropout::backward: expected dy of shape ",
-               expected, ", got ", dy.shape());
+    ATTN_CHECK(dy.shape() == shape_, ShapeError, "Dropout::backward: expected dy of shape ", shape_,
+               ", got ", dy.shape());
     if (!active_) {
       passthrough_ = dy;
       return passthrough_;
@@ -65,6 +84,7 @@ class Dropout : public Module<T> {
   std::shared_ptr<RandomState> state_;
   std::uint64_t key_ = 0;  // mask key of the last training-mode forward, kept for backward
   bool active_ = false;    // whether the last forward dropped anything
+  Shape shape_;            // shape of the last forward's input
   // Handle to x (or dy) when the last call was the identity. Kept apart from y_ so that y_'s
   // storage, which resize() reuses, never aliases the caller's tensor.
   Tensor<T> passthrough_;

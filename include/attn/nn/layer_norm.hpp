@@ -3,6 +3,8 @@
 #pragma once
 
 #include "attn/kernels/layer_norm.hpp"
+#include "attn/kernels/residual.hpp"
+#include "attn/nn/dropout.hpp"
 #include "attn/nn/module.hpp"
 
 namespace attn {
@@ -40,6 +42,26 @@ class LayerNorm : public Module<T> {
     return y_;
   }
 
+  /// The post-norm residual connection in one pass: y = LayerNorm(x + dropout(f)), the dropout
+  /// given as its drop probability and key (Dropout::fused_forward; p = 0: none). x, f
+  /// [..., D]. Backward is backward's, with respect to the sum s = x + dropout(f).
+  const Tensor<T>& forward_residual(const Tensor<T>& x, const Tensor<T>& f, DropoutMask drop) {
+    ATTN_CHECK(x.rank() >= 1 && x.size(x.rank() - 1) == d_, ShapeError,
+               "LayerNorm: expected input [..., ", d_, "], got ", x.shape());
+    ATTN_CHECK(f.shape() == x.shape(), ShapeError, "LayerNorm::forward_residual: expected f of ",
+               "shape ", x.shape(), ", got ", f.shape());
+    const Index rows = x.numel() / d_;
+    sum_.resize(x.shape());
+    x_ = sum_;
+    y_.resize(x.shape());
+    mean_.resize({rows});
+    rstd_.resize({rows});
+    kernels::residual_layer_norm_forward<T>(y_.data(), sum_.data(), mean_.data(), rstd_.data(),
+                                            x.data(), f.data(), drop.p, drop.key,
+                                            weight.value.data(), bias.value.data(), rows, d_, eps_);
+    return y_;
+  }
+
   /// dy [..., D] -> dx [..., D]; accumulates weight.grad and bias.grad.
   const Tensor<T>& backward(const Tensor<T>& dy) {
     ATTN_CHECK(dy.shape() == y_.shape(), ShapeError, "LayerNorm::backward: expected dy of shape ",
@@ -61,6 +83,7 @@ class LayerNorm : public Module<T> {
   Index d_;
   double eps_;
   Tensor<T> x_;     // [..., D] input handle, kept for backward (xhat is recomputed from it)
+  Tensor<T> sum_;   // [..., D] forward_residual's x + dropout(f), its x_
   Tensor<T> mean_;  // [N] per-row mean, kept for backward
   Tensor<T> rstd_;  // [N] per-row 1 / sqrt(var + eps), kept for backward
   Tensor<T> y_;     // [..., D] output buffer

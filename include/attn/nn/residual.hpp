@@ -24,12 +24,12 @@ namespace attn {
 
 namespace detail {
 
-/// out <- a + b (same shape), into out's reused storage.
+/// out <- a + b (same shape), into out's reused storage, in parallel chunks.
 template <class T>
 void add_into(Tensor<T>& out, const Tensor<T>& a, const Tensor<T>& b) {
   ATTN_ASSERT(a.shape() == b.shape());
   out.resize(a.shape());
-  out.vector() = a.vector() + b.vector();
+  kernels::residual_add(out.data(), a.data(), b.data(), a.numel(), 0.0, 0);
 }
 
 }  // namespace detail
@@ -45,11 +45,19 @@ class Residual {
   /// x [B, L, D] -> y [B, L, D] (see the top of this file).
   template <class Sublayer>
   const Tensor<T>& forward(const Tensor<T>& x, Sublayer&& sublayer) {
+    // The dropout, the add and (post-norm) the norm run as one fused kernel (kernels/residual.hpp).
     if (!norm_first_) {
-      detail::add_into(sum_, x, dropout_.forward(sublayer(x)));
-      return norm_.forward(sum_);
+      const Tensor<T>& f = sublayer(x);
+      out_shape_ = x.shape();
+      return norm_.forward_residual(x, f, dropout_.fused_forward(f.shape()));
     }
-    detail::add_into(sum_, x, dropout_.forward(sublayer(norm_.forward(x))));
+    const Tensor<T>& f = sublayer(norm_.forward(x));
+    ATTN_CHECK(f.shape() == x.shape(), ShapeError, "Residual: the sublayer maps ", x.shape(),
+               " to ", f.shape());
+    const DropoutMask drop = dropout_.fused_forward(f.shape());
+    sum_.resize(x.shape());
+    kernels::residual_add(sum_.data(), x.data(), f.data(), x.numel(), drop.p, drop.key);
+    out_shape_ = x.shape();
     return sum_;
   }
 
@@ -69,16 +77,13 @@ class Residual {
   }
 
   /// The shape of the last forward's output ([B, L, D] of its input; empty before one).
-  const Shape& output_shape() const { return sum_.shape(); }
+  const Shape& output_shape() const { return out_shape_; }
 
   /// One incremental decoding step, x_t [B, 1, D] -> [B, 1, D]: the forward without dropout
   /// (decoding is inference whatever the mode), and nothing kept for backward.
   template <class Sublayer>
   const Tensor<T>& step(const Tensor<T>& x_t, Sublayer&& sublayer) {
-    if (!norm_first_) {
-      detail::add_into(sum_, x_t, sublayer(x_t));
-      return norm_.forward(sum_);
-    }
+    if (!norm_first_) return norm_.forward_residual(x_t, sublayer(x_t), DropoutMask{});
     detail::add_into(sum_, x_t, sublayer(norm_.forward(x_t)));
     return sum_;
   }
@@ -87,8 +92,9 @@ class Residual {
   LayerNorm<T>& norm_;
   Dropout<T>& dropout_;
   bool norm_first_;
-  Tensor<T> sum_;  // [B, L, D] x + Dropout(Sublayer(.)): the norm's input (pre-norm: the output)
-  Tensor<T> dx_;   // [B, L, D] input-gradient buffer
+  Tensor<T> sum_;    // [B, L, D] pre-norm: x + Dropout(Sublayer(.)), the output
+  Shape out_shape_;  // of the last forward
+  Tensor<T> dx_;     // [B, L, D] input-gradient buffer
 };
 
 }  // namespace attn
