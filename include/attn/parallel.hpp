@@ -6,6 +6,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <algorithm>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -62,6 +63,17 @@ void parallel_for(Index n, Index cost, Index min_work, Body&& body) {
 #pragma omp parallel for schedule(static) if (parallel)
 #endif
   for (Index i = 0; i < n; ++i) body(i);
+}
+
+/// p[0, n) = 0, in parallel chunks when n exceeds kParallelMinOptimizer.
+template <class T>
+void parallel_zero(T* p, Index n) {
+  constexpr Index kChunk = 16384;
+  const Index chunks = (n + kChunk - 1) / kChunk;
+  parallel_for(chunks, kChunk, kParallelMinOptimizer, [&](Index c) {
+    const Index begin = c * kChunk;
+    std::fill(p + begin, p + std::min(n, begin + kChunk), T(0));
+  });
 }
 
 }  // namespace attn

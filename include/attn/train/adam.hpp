@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "attn/kernels/adam.hpp"
 #include "attn/nn/module.hpp"
 #include "attn/parallel.hpp"
 
@@ -62,31 +63,23 @@ class Adam {
                lr);
     ++steps_;
     const double t = static_cast<double>(steps_);
-    const T step_size = static_cast<T>(lr / (1 - std::pow(opt_.beta1, t)));
-    const T bc2_sqrt = static_cast<T>(std::sqrt(1 - std::pow(opt_.beta2, t)));
-    const T b1 = static_cast<T>(opt_.beta1), b2 = static_cast<T>(opt_.beta2);
-    const T a1 = static_cast<T>(1 - opt_.beta1), a2 = static_cast<T>(1 - opt_.beta2);
-    const T eps = static_cast<T>(opt_.eps), wd = static_cast<T>(opt_.weight_decay);
-    for (std::size_t k = 0; k < params_.size(); ++k) {
-      T* x = params_[k].value.data();
-      const T* g = params_[k].grad.data();
-      T* m = exp_avg_[k].data();
-      T* v = exp_avg_sq_[k].data();
-      const Index n = params_[k].value.numel();
-      // Elementwise, so any split over threads gives the same bits.
-      parallel_for(n, 1, kParallelMinOptimizer, [&](Index i) {
-        const T gi = wd != T(0) ? g[i] + wd * x[i] : g[i];
-        m[i] = m[i] * b1 + a1 * gi;
-        v[i] = v[i] * b2 + a2 * gi * gi;
-        const T denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-        x[i] = x[i] + (-step_size) * m[i] / denom;
-      });
-    }
+    kernels::AdamCoefficients<T> c;
+    c.beta1 = static_cast<T>(opt_.beta1);
+    c.beta2 = static_cast<T>(opt_.beta2);
+    c.one_minus_beta1 = static_cast<T>(1 - opt_.beta1);
+    c.one_minus_beta2 = static_cast<T>(1 - opt_.beta2);
+    c.step_size = static_cast<T>(lr / (1 - std::pow(opt_.beta1, t)));
+    c.bias_correction2_sqrt = static_cast<T>(std::sqrt(1 - std::pow(opt_.beta2, t)));
+    c.eps = static_cast<T>(opt_.eps);
+    c.weight_decay = static_cast<T>(opt_.weight_decay);
+    for (std::size_t k = 0; k < params_.size(); ++k)
+      kernels::adam_update(params_[k].value.data(), params_[k].grad.data(), exp_avg_[k].data(),
+                           exp_avg_sq_[k].data(), params_[k].value.numel(), c);
   }
 
-  /// Sets every parameter gradient to zero.
+  /// Sets every parameter gradient to zero (large tensors in parallel chunks).
   void zero_grad() {
-    for (auto& p : params_) p.grad.set_zero();
+    for (auto& p : params_) parallel_zero(p.grad.data(), p.grad.numel());
   }
 
   /// Updates taken so far (t of the bias correction).
