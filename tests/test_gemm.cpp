@@ -23,8 +23,8 @@ template <class A, class B>
 RowMatrix<double> reference_product(const A& a, const B& b, const float* bias = nullptr,
                                     bool relu = false) {
   RowMatrix<long double> c = RowMatrix<long double>::Zero(a.rows(), b.cols());
-  kernels::gemm_naive<long double>(c, a.template cast<long double>(), b.template cast<long double>(),
-                                   false);
+  kernels::gemm_naive<long double>(c, a.template cast<long double>(),
+                                   b.template cast<long double>(), false);
   for (Index i = 0; i < c.rows(); ++i)
     for (Index j = 0; j < c.cols(); ++j) {
       if (bias != nullptr) c(i, j) += bias[j];
@@ -61,8 +61,7 @@ TEST_F(Gemm, MatchesTheDefinitionAndIsBitwiseEqualOnOneAndTwoThreadsOnEveryPath)
     kernels::set_gemm_path(path);
     for (const auto& [M, K, N] : std::vector<std::array<Index, 3>>{
              {1000, 96, 130}, {257, 512, 64}, {2049, 33, 100}, {4096, 64, 8}, {49, 513, 512}}) {
-      SCOPED_TRACE(::testing::Message()
-                   << name_of(path) << " M=" << M << " K=" << K << " N=" << N);
+      SCOPED_TRACE(::testing::Message() << name_of(path) << " M=" << M << " K=" << K << " N=" << N);
       const auto a = random_matrix<float>(M, K, 1);
       const auto b = random_matrix<float>(K, N, 2);
       RowMatrix<float> c1(M, N), c2(M, N);
@@ -124,11 +123,12 @@ TEST_F(Gemm, PackedKernelMatchesTheDefinitionOnOddShapesAndEveryLayout) {
       }
 }
 
-// Few-row products (decoding) stream B instead of packing it, split by columns over threads.
+// Few-row products (decoding) stream B instead of packing it, split by columns over threads; x W^T
+// goes in blocks of 4 rows, the last 1-3 rows in a block of their own (M = 1, 2, 6, 7, 13, 15).
 TEST_F(Gemm, FewRowProductsMatchTheDefinitionAndAreBitwiseEqualOnOneAndTwoThreads) {
   if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
   kernels::set_gemm_path(kernels::GemmPath::avx512);
-  for (Index M : {1, 7, 15})
+  for (Index M : {1, 2, 6, 7, 13, 15})
     for (Index N : {1, 47, 1000, 2049})
       for (Index K : {1, 31, 512}) {
         SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K);
@@ -149,6 +149,45 @@ TEST_F(Gemm, FewRowProductsMatchTheDefinitionAndAreBitwiseEqualOnOneAndTwoThread
         EXPECT_LT((y1.cast<double>() - y_ref).cwiseAbs().maxCoeff(), 1e-6 * K);
         EXPECT_LT((z1.cast<double>() - z_ref).cwiseAbs().maxCoeff(), 1e-6 * K);
       }
+}
+
+// Inside a ConstantWeightsScope (decoding), a weight operand is packed on first use and its packed
+// copy reused: the same bits as without the scope, one cached copy per distinct weight view, all
+// freed at the end of the outermost scope; products not marked constant are never cached.
+TEST_F(Gemm, ConstantWeightsArePackedOncePerScopeWithTheSameResults) {
+  if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  kernels::set_gemm_path(kernels::GemmPath::avx512);
+  set_num_threads(2);
+  const Index M = 40, K = 300, N = 257;
+  const auto x = random_matrix<float>(M, K, 21), w = random_matrix<float>(N, K, 22);
+  const auto bias = random_matrix<float>(1, N, 23);
+  const kernels::Epilogue<float> epi{bias.data(), false};
+  RowMatrix<float> plain(M, N), first(M, N), again(M, N), top(M / 2, N);
+  kernels::gemm(plain, x, w.transpose(), false, epi, /*constant_b=*/true);
+  auto& cache = kernels::detail::weight_cache();
+  EXPECT_EQ(cache.entries.size(), 0u) << "no scope open: nothing is kept";
+  {
+    kernels::ConstantWeightsScope outer;
+    kernels::gemm(first, x, w.transpose(), false, epi, true);
+    ASSERT_EQ(cache.entries.size(), 1u);
+    {
+      kernels::ConstantWeightsScope inner;
+      kernels::gemm(again, x, w.transpose(), false, epi, true);  // from the cached copy
+      kernels::gemm(top, x.topRows(M / 2), w.transpose(), false, epi, true);
+    }
+    EXPECT_EQ(cache.entries.size(), 1u) << "the inner scope's end frees nothing";
+    RowMatrix<float> other(M, N), part(M, 100);
+    kernels::gemm(other, x, w.transpose(), false, epi, /*constant_b=*/false);
+    EXPECT_EQ(cache.entries.size(), 1u) << "a product not marked constant is not cached";
+    EXPECT_TRUE((other.array() == plain.array()).all());
+    kernels::gemm(part, x, w.topRows(100).transpose(), false, epi, true);
+    EXPECT_EQ(cache.entries.size(), 2u) << "another view of the weight is another copy";
+    EXPECT_TRUE((part.array() == plain.leftCols(100).array()).all());
+  }
+  EXPECT_EQ(cache.entries.size(), 0u);
+  EXPECT_TRUE((first.array() == plain.array()).all());
+  EXPECT_TRUE((again.array() == plain.array()).all());
+  EXPECT_TRUE((top.array() == plain.topRows(M / 2).array()).all());
 }
 
 TEST_F(Gemm, AutomaticPathIsAvx512WhereTheCpuHasIt) {
@@ -176,7 +215,8 @@ TEST_F(Gemm, AccumulatesTakesTransposedOperandsAndAppliesTheEpilogueOnEveryPath)
       set_num_threads(threads);
       RowMatrix<float> dw = start;
       kernels::gemm(dw, dy.transpose(), x, true);
-      const RowMatrix<double> expected = start.cast<double>() + reference_product(dy.transpose(), x);
+      const RowMatrix<double> expected =
+          start.cast<double>() + reference_product(dy.transpose(), x);
       EXPECT_LT((dw.cast<double>() - expected).cwiseAbs().maxCoeff(), 1e-6 * N);
       RowMatrix<float> y(N, O);
       kernels::gemm(y, x, w.transpose(), false, kernels::Epilogue<float>{bias.data(), true});

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attn/error.hpp"
+#include "attn/kernels/gemm.hpp"
 #include "attn/nn/module.hpp"
 #include "attn/tensor.hpp"
 
@@ -54,7 +55,8 @@ inline std::vector<Index> output_limits(const Tensor<TokenId>& src, TokenId pad,
   return limit;
 }
 
-/// Puts `model` in eval mode for the lifetime of the guard, then restores its mode.
+/// Puts `model` in eval mode for the lifetime of the guard, then restores its mode; keeps packed
+/// weights meanwhile (kernels::ConstantWeightsScope).
 template <class T>
 class EvalGuard {
  public:
@@ -66,6 +68,8 @@ class EvalGuard {
  private:
   Module<T>& m_;
   bool was_training_;
+  // Decoding never changes a weight: each is packed for the products once per call, not per step.
+  kernels::ConstantWeightsScope packed_weights_;
 };
 
 }  // namespace detail

@@ -68,8 +68,8 @@ inline GemmPath gemm_path_from_env() {
 }
 }  // namespace detail
 
-/// Forces a path for float products (automatic: AVX-512 when the CPU has it, unless ATTN_GEMM=eigen).
-/// Throws ConfigError for avx512 on a CPU or compiler without it.
+/// Forces a path for float products (automatic: AVX-512 when the CPU has it, unless
+/// ATTN_GEMM=eigen). Throws ConfigError for avx512 on a CPU or compiler without it.
 inline void set_gemm_path(GemmPath path) {
 #if defined(ATTN_HAVE_AVX512_GEMM)
   const bool avx512 = detail::cpu_has_avx512();
@@ -148,7 +148,8 @@ void apply_epilogue(Dst& c, const Epilogue<T>& epi) {
 /// Runs the product on the AVX-512 path if it applies (float, operands in memory, c with
 /// contiguous rows); false when the caller must take the Eigen path.
 template <class Dst, class Lhs, class Rhs, class T>
-bool try_gemm_avx512(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T>& epi) {
+bool try_gemm_avx512(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T>& epi,
+                     bool constant_b) {
 #if defined(ATTN_HAVE_AVX512_GEMM)
   if constexpr (std::is_same_v<T, float>) {
     if (gemm_path() != GemmPath::avx512) return false;
@@ -166,22 +167,45 @@ bool try_gemm_avx512(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const 
     if (c.rows() < kGemmPackedMinRows)
       return gemm_small_rows(ac, bc, *cv, accumulate, fused,
                              work >= kGemmSmallParallelMinWork ? num_threads() : 1);
-    gemm_packed(ac, bc, *cv, accumulate, fused, work >= kGemmParallelMinWork ? num_threads() : 1);
+    gemm_packed(ac, bc, *cv, accumulate, fused, work >= kGemmParallelMinWork ? num_threads() : 1,
+                constant_b);
     return true;
   }
 #endif
-  (void)c, (void)a, (void)b, (void)accumulate, (void)epi;
+  (void)c, (void)a, (void)b, (void)accumulate, (void)epi, (void)constant_b;
   return false;
 }
 
 }  // namespace detail
 
+/// While one lives on the calling thread, products there whose b is a weight (gemm's `constant_b`,
+/// which linear_forward sets) pack that weight once and reuse the packed copy; the copies are freed
+/// when the outermost scope ends. For decoding (greedy_decode, beam_search), where every weight
+/// meets a few rows per step. The weights must not change while a scope is open.
+class ConstantWeightsScope {
+ public:
+  ConstantWeightsScope() {
+#if defined(ATTN_HAVE_AVX512_GEMM)
+    ++detail::weight_cache().depth;
+#endif
+  }
+  ~ConstantWeightsScope() {
+#if defined(ATTN_HAVE_AVX512_GEMM)
+    if (--detail::weight_cache().depth == 0) detail::weight_cache().clear();
+#endif
+  }
+  ConstantWeightsScope(const ConstantWeightsScope&) = delete;
+  ConstantWeightsScope& operator=(const ConstantWeightsScope&) = delete;
+};
+
 /// c (=, or += when accumulate) a * b, then the epilogue (bias added to every row, ReLU), for
-/// Eigen expressions a [M, K] and b [K, N] and a writable block c [M, N].
+/// Eigen expressions a [M, K] and b [K, N] and a writable block c [M, N]. `constant_b` says b is a
+/// weight, unchanged while a ConstantWeightsScope is open.
 template <class Dst, class Lhs, class Rhs, class T = typename std::decay_t<Dst>::Scalar>
-void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T>& epi = {}) {
+void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T>& epi = {},
+          bool constant_b = false) {
   ATTN_ASSERT(a.rows() == c.rows() && b.cols() == c.cols() && a.cols() == b.rows());
-  if (detail::try_gemm_avx512(c, a, b, accumulate, epi)) return;
+  if (detail::try_gemm_avx512(c, a, b, accumulate, epi, constant_b)) return;
   detail::gemm_eigen(c, a, b, accumulate);
   if (epi.bias != nullptr || epi.relu) detail::apply_epilogue(c, epi);
 }

@@ -1,16 +1,35 @@
 // Affine map over the rows of a matrix: y = x W^T + b, PyTorch's nn.Linear layout (W is [O, I]).
 #pragma once
 
+#include <algorithm>
+
 #include "attn/kernels/gemm.hpp"
+#include "attn/parallel.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::kernels {
 
-/// y[N, O] = x[N, I] W[O, I]^T + b[O]. `b` may be null (no bias). Shapes are the caller's to check.
+/// sums[O] += the sum over rows of m[N, O]. Blocks of columns go to the threads, each column
+/// summed in row order by one thread, so the result does not depend on the thread count.
+template <class T>
+void add_column_sums(T* sums, const ConstMatrixRef<T>& m) {
+  constexpr Index kBlock = 64;  // columns per task: a contiguous, vectorisable inner loop
+  const Index N = m.rows(), O = m.cols(), blocks = (O + kBlock - 1) / kBlock;
+  parallel_for(blocks, N * kBlock, kParallelMinRowwise, [&](Index b) {
+    const Index j0 = b * kBlock, w = std::min(kBlock, O - j0);
+    Eigen::Array<T, 1, kBlock> acc = Eigen::Array<T, 1, kBlock>::Zero();
+    for (Index r = 0; r < N; ++r) acc.head(w) += m.row(r).segment(j0, w).array();
+    Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>(sums + j0, w) += acc.head(w);
+  });
+}
+
+/// y[N, O] = x[N, I] W[O, I]^T + b[O], then max(0, .) when `relu` (applied as y is stored). `b`
+/// may be null (no bias). Shapes are the caller's to check. W is marked as a weight, so its packed
+/// form is reused while a ConstantWeightsScope is open (decoding).
 template <class T>
 void linear_forward(MatrixRef<T> y, const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w,
-                    const T* b) {
-  gemm(y, x, w.transpose(), false, Epilogue<T>{b});
+                    const T* b, bool relu = false) {
+  gemm(y, x, w.transpose(), false, Epilogue<T>{b, relu}, /*constant_b=*/true);
 }
 
 /// Backward of y = x W^T + b:
@@ -22,8 +41,7 @@ void linear_backward(MatrixRef<T> dx, MatrixRef<T> dw, T* db, const ConstMatrixR
                      const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w) {
   if (dx.rows() > 0) gemm(dx, dy, w, false);
   gemm(dw, dy.transpose(), x, true);
-  if (db != nullptr)
-    Eigen::Map<Eigen::Matrix<T, 1, Eigen::Dynamic>>(db, dw.rows()).noalias() += dy.colwise().sum();
+  if (db != nullptr) add_column_sums(db, dy);
 }
 
 }  // namespace attn::kernels

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "attn/kernels/detail/gemm_avx512.hpp"
+#include "attn/kernels/detail/gemm_weight_cache.hpp"
 
 #if defined(ATTN_HAVE_AVX512_GEMM)
 
@@ -46,9 +47,9 @@ struct PackedB {
 };
 
 /// Rows [i0, i0 + mc) of C: for each kKC block, pack that slice of A and sweep every B panel.
-ATTN_TARGET_AVX512 inline void gemm_row_block(const StridedMatrix<const float>& a,
-                                              const PackedB& b, StridedMatrix<float> c, Index i0,
-                                              Index mc, bool accumulate, const GemmEpilogue& epi,
+ATTN_TARGET_AVX512 inline void gemm_row_block(const StridedMatrix<const float>& a, const PackedB& b,
+                                              StridedMatrix<float> c, Index i0, Index mc,
+                                              bool accumulate, const GemmEpilogue& epi,
                                               float* packed_a) {
   const Index K = a.cols, N = c.cols;
   for (Index k0 = 0; k0 < K; k0 += kKC) {
@@ -77,20 +78,25 @@ inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const Gemm
 }
 
 /// c (=, or += when accumulate) a b, then the epilogue; c [M, N] must have unit column stride.
-/// Runs on up to `threads` threads (1 inside a parallel region).
+/// Runs on up to `threads` threads (1 inside a parallel region). `constant_b`: b is a weight, whose
+/// packed form is kept while a ConstantWeightsScope is open (gemm_weight_cache.hpp).
 inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const float>& b,
                         StridedMatrix<float> c, bool accumulate, const GemmEpilogue& epi,
-                        int threads) {
+                        int threads, bool constant_b = false) {
   const Index M = c.rows, N = c.cols, K = a.cols;
   if (M == 0 || N == 0) return;
   if (K == 0) return gemm_empty_depth(c, accumulate, epi);
   const Index panels = (N + kNR - 1) / kNR, kblocks = (K + kKC - 1) / kKC;
-  const PackedB packed{pack_buffer(PackSlot::b, K * panels * kNR), panels};
+  const auto [cached, first_use] =
+      constant_b ? cached_packing(b, K * panels * kNR) : std::pair<float*, bool>{nullptr, false};
+  const PackedB packed{cached != nullptr ? cached : pack_buffer(PackSlot::b, K * panels * kNR),
+                       panels};
   const auto pack_task = [&](Index t) {
     const Index k0 = (t / panels) * kKC, q = t % panels, kc = std::min<Index>(kKC, K - k0);
     pack_b_panel(b, k0, kc, q, const_cast<float*>(packed.panel(k0, kc, q)));
   };
-  const Index row_blocks = (M + kMC - 1) / kMC, pack_tasks = kblocks * panels;
+  const bool pack = cached == nullptr || first_use;
+  const Index row_blocks = (M + kMC - 1) / kMC, pack_tasks = pack ? kblocks * panels : 0;
   const auto row_task = [&](Index r, float* packed_a) {
     const Index i0 = r * kMC;
     gemm_row_block(a, packed, c, i0, std::min<Index>(kMC, M - i0), accumulate, epi, packed_a);

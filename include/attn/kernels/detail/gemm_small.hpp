@@ -59,30 +59,68 @@ ATTN_TARGET_AVX512 inline float lane_sum(__m512 v) {
   return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
 }
 
-/// Columns [j0, j1) of C when B's columns are contiguous (x W^T, the Linear forward): each element
-/// is a dot product of a row of A with a row of W, 16 lanes at a time, then reduced.
+/// Rows [i, i + kR) x columns [j, j + nc) of C (nc <= 4) when B's columns and A's rows are
+/// contiguous: kR x 4 dot products at once, 16 lanes of k at a time (one accumulator each, k
+/// ascending), then each reduced by lane_sum. Past the last column, columns repeat the last valid
+/// one and are not stored, so every element is computed the same way wherever it sits.
+template <int kR>
+ATTN_TARGET_AVX512 void small_rows_dot_block(const StridedMatrix<const float>& a,
+                                             const StridedMatrix<const float>& b,
+                                             StridedMatrix<float> c, Index i, Index j, int nc,
+                                             bool accumulate, const GemmEpilogue& epi) {
+  constexpr int kC = 4, nr = kR;
+  const Index K = a.cols;
+  const float* ar[kR];
+  const float* bc[kC];
+  for (int r = 0; r < kR; ++r) ar[r] = &a(i + r, 0);
+  for (int q = 0; q < kC; ++q) bc[q] = &b(0, j + std::min(q, nc - 1));
+  __m512 acc[kR][kC];
+#pragma GCC unroll 4
+  for (int r = 0; r < kR; ++r)
+#pragma GCC unroll 4
+    for (int q = 0; q < kC; ++q) acc[r][q] = _mm512_setzero_ps();
+  for (Index k = 0; k < K; k += 16) {
+    const __mmask16 m = lane_mask(K - k);
+    __m512 bv[kC];
+#pragma GCC unroll 4
+    for (int q = 0; q < kC; ++q) bv[q] = _mm512_maskz_loadu_ps(m, bc[q] + k);
+#pragma GCC unroll 4
+    for (int r = 0; r < kR; ++r) {
+      const __m512 av = _mm512_maskz_loadu_ps(m, ar[r] + k);
+#pragma GCC unroll 4
+      for (int q = 0; q < kC; ++q) acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
+    }
+  }
+  for (int r = 0; r < nr; ++r)
+    for (int q = 0; q < nc; ++q) {
+      float& out = c(i + r, j + q);
+      out = finish(accumulate ? out : 0.0f, lane_sum(acc[r][q]), epi, j + q);
+    }
+}
+
+/// Columns [j0, j1) of C when B's columns are contiguous (x W^T, the Linear forward): blocks of 4
+/// rows (the last 1-3 rows in a block of their own) by 4 columns of dot products
+/// (small_rows_dot_block), each column of B read once per 4 rows.
 ATTN_TARGET_AVX512 inline void small_rows_dot(const StridedMatrix<const float>& a,
                                               const StridedMatrix<const float>& b,
                                               StridedMatrix<float> c, Index j0, Index j1,
                                               bool accumulate, const GemmEpilogue& epi) {
-  const Index K = a.cols;
-  for (Index j = j0; j < j1; ++j) {
-    const float* wj = &b(0, j);  // column j of B, contiguous over k
-    for (Index i = 0; i < c.rows; ++i) {
-      const float* ai = &a(i, 0);
-      __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-      Index k = 0;
-      for (; k + 32 <= K; k += 32) {
-        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(ai + k), _mm512_loadu_ps(wj + k), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(ai + k + 16), _mm512_loadu_ps(wj + k + 16), acc1);
-      }
-      for (; k < K; k += 16) {
-        const __mmask16 m = lane_mask(K - k);
-        acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, ai + k), _mm512_maskz_loadu_ps(m, wj + k),
-                               acc0);
-      }
-      const float sum = lane_sum(_mm512_add_ps(acc0, acc1));
-      c(i, j) = finish(accumulate ? c(i, j) : 0.0f, sum, epi, j);
+  for (Index j = j0; j < j1; j += 4) {
+    const int nc = static_cast<int>(std::min<Index>(4, j1 - j));
+    Index i = 0;
+    for (; i + 4 <= c.rows; i += 4) small_rows_dot_block<4>(a, b, c, i, j, nc, accumulate, epi);
+    switch (c.rows - i) {
+      case 3:
+        small_rows_dot_block<3>(a, b, c, i, j, nc, accumulate, epi);
+        break;
+      case 2:
+        small_rows_dot_block<2>(a, b, c, i, j, nc, accumulate, epi);
+        break;
+      case 1:
+        small_rows_dot_block<1>(a, b, c, i, j, nc, accumulate, epi);
+        break;
+      default:
+        break;
     }
   }
 }

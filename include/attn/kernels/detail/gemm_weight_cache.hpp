@@ -1,0 +1,61 @@
+// Packed weights kept for the length of a decoding call. Decoding runs every weight matrix through
+// a product of a few dozen rows per step (one row per sentence or beam); packing the weight (B)
+// for each such product costs more than the product itself. While a ConstantWeightsScope
+// (kernels/gemm.hpp) lives on the calling thread, a product whose B is marked as a weight packs it
+// the first time and reuses the packed copy after; the end of the scope frees the copies. Only
+// decoding opens a scope: it never changes a weight, whereas training changes them every step.
+#pragma once
+
+#include <cstdlib>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "attn/kernels/detail/gemm_operand.hpp"
+
+namespace attn::kernels::detail {
+
+/// One packed copy and the operand it was packed from.
+struct PackedWeight {
+  StridedMatrix<const float> source;
+  float* packed = nullptr;  // 64-byte aligned, owned by the cache
+};
+
+/// The calling thread's open scopes and packed copies.
+struct WeightCache {
+  int depth = 0;
+  std::vector<PackedWeight> entries;
+  WeightCache() = default;
+  WeightCache(const WeightCache&) = delete;
+  WeightCache& operator=(const WeightCache&) = delete;
+  ~WeightCache() { clear(); }
+  void clear() {
+    for (auto& e : entries) std::free(e.packed);
+    entries.clear();
+  }
+};
+
+inline WeightCache& weight_cache() {
+  thread_local WeightCache cache;
+  return cache;
+}
+
+/// Where the packed form (`floats` numbers) of weight operand b lives while a scope is open, and
+/// whether it still has to be written (first use); {nullptr, false} when no scope is open.
+inline std::pair<float*, bool> cached_packing(const StridedMatrix<const float>& b, Index floats) {
+  WeightCache& cache = weight_cache();
+  if (cache.depth == 0) return {nullptr, false};
+  for (const PackedWeight& e : cache.entries) {
+    const StridedMatrix<const float>& s = e.source;
+    if (s.data == b.data && s.rows == b.rows && s.cols == b.cols && s.row_stride == b.row_stride &&
+        s.col_stride == b.col_stride)
+      return {e.packed, false};
+  }
+  const std::size_t bytes = (static_cast<std::size_t>(floats) * sizeof(float) + 63) / 64 * 64;
+  auto* packed = static_cast<float*>(std::aligned_alloc(64, bytes));
+  if (packed == nullptr) throw std::bad_alloc();
+  cache.entries.push_back({b, packed});
+  return {packed, true};
+}
+
+}  // namespace attn::kernels::detail
