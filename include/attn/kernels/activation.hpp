@@ -1,6 +1,9 @@
 // Element-wise activations and their derivatives.
 #pragma once
 
+#include <algorithm>
+
+#include "attn/parallel.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::kernels {
@@ -18,8 +21,13 @@ void relu_forward(T* y, const T* x, Index n) {
 template <class T>
 void relu_backward(T* dx, const T* dy, const T* y, Index n) {
   using Arr = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(dx, n) =
-      (Arr(y, n) > T(0)).select(Arr(dy, n), T(0));
+  constexpr Index kChunk = 16384;
+  const Index chunks = (n + kChunk - 1) / kChunk;
+  parallel_for(chunks, kChunk, kParallelMinElementwise, [&](Index c) {
+    const Index b = c * kChunk, len = std::min(kChunk, n - b);
+    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(dx + b, len) =
+        (Arr(y + b, len) > T(0)).select(Arr(dy + b, len), T(0));
+  });
 }
 
 }  // namespace attn::kernels

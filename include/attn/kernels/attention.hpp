@@ -1,5 +1,6 @@
 // Scaled dot-product attention, fast: the kernel MultiHeadAttention runs. The paper's Eq. 1,
-//   Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V       per (batch row, head), scale = 1/sqrt(d_k)
+//   Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V       per (batch row, head), scale =
+//   1/sqrt(d_k)
 // with masks and dropout as in attention_naive.hpp.
 //
 // Work is split over (batch row, head) pairs with OpenMP; each pair is computed by one thread
@@ -20,6 +21,7 @@
 #include <limits>
 
 #include "attn/kernels/attention_common.hpp"
+#include "attn/kernels/dropout.hpp"
 #include "attn/kernels/softmax.hpp"
 #include "attn/parallel.hpp"
 
@@ -141,7 +143,6 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
                           {{"ldq", ldq}, {"ldk", ldk}, {"ldv", ldv}, {"ldo", ldo}});
   const Index H = shape.heads, Tq = shape.queries, S = shape.keys, K = shape.head_dim;
   const bool drop = dropout.p > 0.0;
-  const T inv_keep = T(1 / (1 - dropout.p));
   using Stride = Eigen::OuterStride<>;
   detail::for_each_head(
       shape, mask, false, drop,
@@ -165,11 +166,9 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
               std::copy(row, row + ns, w);
               std::fill(w + ns, w + S, T(0));
             }
-            if (drop) {
-              const auto base = static_cast<std::uint64_t>((bh * Tq + t) * S);
-              for (Index s = 0; s < n; ++s)
-                row[s] = detail::attention_keeps(dropout, base + s) ? row[s] * inv_keep : T(0);
-            }
+            if (drop)  // element s of row t dropped iff uniform_at(key, (bh Tq + t) S + s) < p
+              detail::dropout_mask_span(row, row, n, static_cast<std::uint64_t>((bh * Tq + t) * S),
+                                        dropout.key, dropout.p);
           }
           detail::Strided<T> ob(out + (b * Tq + t0) * ldo + h * K, nt, K, Stride(ldo));
           ob.noalias() = pb * vh.topRows(ns);
@@ -193,7 +192,6 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
                                    lddo, ldq, ldk, ldv, ldo);
   const Index H = shape.heads, Tq = shape.queries, S = shape.keys, K = shape.head_dim;
   const bool drop = dropout.p > 0.0;
-  const T inv_keep = T(1 / (1 - dropout.p));
   using Stride = Eigen::OuterStride<>;
   detail::for_each_head(
       shape, mask, true, drop,
@@ -223,15 +221,12 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
             detail::RowArrayMap<T>(row, n) -= lse[bh * Tq + t];
             exp_flush_denormals(row, n);
             std::fill(row + n, row + ns, T(0));
-            if (drop) {
+            if (drop) {  // the forward's mask, on P (into Pd) and on dP
               T* dprow = scratch.dp.data() + i * S;
               T* pdrow = scratch.pd.data() + i * S;
               const auto base = static_cast<std::uint64_t>((bh * Tq + t) * S);
-              for (Index s = 0; s < n; ++s) {
-                const bool keep = detail::attention_keeps(dropout, base + s);
-                pdrow[s] = keep ? row[s] * inv_keep : T(0);
-                dprow[s] = keep ? dprow[s] * inv_keep : T(0);
-              }
+              detail::dropout_mask_span(pdrow, row, n, base, dropout.key, dropout.p);
+              detail::dropout_mask_span(dprow, dprow, n, base, dropout.key, dropout.p);
               std::fill(pdrow + n, pdrow + ns, T(0));
             }
           }

@@ -37,7 +37,8 @@ class FeedForward : public Module<T> {
   const Tensor<T>& forward(const Tensor<T>& x) {
     ATTN_CHECK(x.rank() >= 1 && x.size(x.rank() - 1) == d_model(), ShapeError,
                "FeedForward: expected input [..., ", d_model(), "], got ", x.shape());
-    const Tensor<T>& h = relu_.forward(linear1.forward(x));  // [..., F]
+    // The ReLU is applied as linear1's product is stored; relu_ keeps the result for backward.
+    const Tensor<T>& h = relu_.adopt_output(linear1.forward(x, /*relu=*/true));  // [..., F]
     return linear2.forward(dropout_.forward(h));
   }
 

@@ -28,8 +28,9 @@ class Linear : public Module<T> {
     if (has_bias_) bias.value.set_zero();
   }
 
-  /// x [..., I] -> y [..., O].
-  const Tensor<T>& forward(const Tensor<T>& x) {
+  /// x [..., I] -> y [..., O]; with `relu`, y = max(0, x W^T + b), the ReLU applied as the product
+  /// is stored (FeedForward's first layer; backward is still that of the affine map).
+  const Tensor<T>& forward(const Tensor<T>& x, bool relu = false) {
     ATTN_CHECK(x.rank() >= 1 && x.size(x.rank() - 1) == in_, ShapeError,
                "Linear: expected input [..., ", in_, "], got ", x.shape());
     x_ = x;
@@ -37,7 +38,7 @@ class Linear : public Module<T> {
     dims.back() = out_;
     y_.resize(Shape(dims));
     kernels::linear_forward<T>(y_.matrix(), x.matrix(), weight.value.matrix(),
-                               has_bias_ ? bias.value.data() : nullptr);
+                               has_bias_ ? bias.value.data() : nullptr, relu);
     return y_;
   }
 

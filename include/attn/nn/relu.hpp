@@ -13,21 +13,31 @@ class ReLU : public Module<T> {
   const Tensor<T>& forward(const Tensor<T>& x) {
     y_.resize(x.shape());
     kernels::relu_forward<T>(y_.data(), x.data(), x.numel());
-    return y_;
+    out_ = y_;
+    return out_;
+  }
+
+  /// For an output computed elsewhere (a Linear with the ReLU fused into its product): keeps a
+  /// handle to y = max(0, .) for backward and returns it.
+  const Tensor<T>& adopt_output(const Tensor<T>& y) {
+    out_ = y;
+    return out_;
   }
 
   /// dy [...] -> dx [...] = dy where y > 0, else 0.
   const Tensor<T>& backward(const Tensor<T>& dy) {
-    ATTN_CHECK(dy.shape() == y_.shape(), ShapeError, "ReLU::backward: expected dy of shape ",
-               y_.shape(), ", got ", dy.shape());
+    ATTN_CHECK(dy.shape() == out_.shape(), ShapeError, "ReLU::backward: expected dy of shape ",
+               out_.shape(), ", got ", dy.shape());
     dx_.resize(dy.shape());
-    kernels::relu_backward<T>(dx_.data(), dy.data(), y_.data(), dy.numel());
+    kernels::relu_backward<T>(dx_.data(), dy.data(), out_.data(), dy.numel());
     return dx_;
   }
 
  private:
-  Tensor<T> y_;   // [...] output, kept for backward (its sign is the mask)
-  Tensor<T> dx_;  // [...] input-gradient buffer
+  Tensor<T> y_;    // [...] output buffer of forward
+  Tensor<T> out_;  // [...] handle to the last output (y_ or adopted), kept for backward: its sign
+                   // is the mask
+  Tensor<T> dx_;   // [...] input-gradient buffer
 };
 
 }  // namespace attn
