@@ -2,6 +2,7 @@
 // the CPU has it) and the Eigen fallback. Each is checked against the definition (gemm_naive summed
 // in long double) on odd shapes, every operand layout a Transformer step uses, accumulation and the
 // epilogue, and for bitwise equality between 1 and 2 threads.
+#include "attn/kernels/dropout.hpp"
 #include "attn/kernels/gemm.hpp"
 
 #include "attn/kernels/gemm_naive.hpp"
@@ -223,6 +224,34 @@ TEST_F(Gemm, AccumulatesTakesTransposedOperandsAndAppliesTheEpilogueOnEveryPath)
       const auto y_ref = reference_product(x, w.transpose(), bias.data(), true);
       EXPECT_LT((y.cast<double>() - y_ref).cwiseAbs().maxCoeff(), 1e-6 * I);
     }
+  }
+}
+
+// Dropout in the epilogue (FeedForward's hidden layer): the same bits as the product followed by
+// kernels::dropout_forward over c as one flat tensor, on every path, for few-row, tail-block and
+// multi-block products, on 1 and 2 threads.
+TEST_F(Gemm, DropoutInTheEpilogueIsTheSeparateDropout) {
+  const Index K = 70, N = 300;
+  const double p = 0.3;
+  const std::uint64_t key = 77;
+  for (kernels::GemmPath path : available_paths()) {
+    kernels::set_gemm_path(path);
+    for (Index M : {7, 100, 513})
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(::testing::Message()
+                     << name_of(path) << ", M=" << M << ", " << threads << " threads");
+        set_num_threads(threads);
+        const auto x = random_matrix<float>(M, K, 31), w = random_matrix<float>(N, K, 32);
+        const auto bias = random_matrix<float>(1, N, 33);
+        RowMatrix<float> fused(M, N), separate(M, N);
+        kernels::gemm(fused, x, w.transpose(), false,
+                      kernels::Epilogue<float>{bias.data(), true, p, key});
+        kernels::gemm(separate, x, w.transpose(), false,
+                      kernels::Epilogue<float>{bias.data(), true});
+        kernels::dropout_forward(separate.data(), separate.data(), M * N, p, key);
+        EXPECT_TRUE((fused.array() == separate.array()).all());
+        EXPECT_GT((fused.array() == 0).count(), M * N / 4) << "ReLU and dropout both zero some";
+      }
   }
 }
 

@@ -50,6 +50,17 @@ void dropout_mask_span(T* out, const T* in, Index n, std::uint64_t first, std::u
   dropout_mask_scalar(out, in, n, first, key, p, scale);
 }
 
+/// Dropout in place on rows [first_row, first_row + rows) of a [*, cols] matrix whose rows start
+/// `ld` apart: element (r, j) is element r * cols + j of the flat tensor, as if the rows were
+/// contiguous. On the calling thread.
+template <class T>
+void dropout_rows(T* c, Index rows, Index cols, Index ld, Index first_row, double p,
+                  std::uint64_t key) {
+  for (Index r = 0; r < rows; ++r)
+    dropout_mask_span(c + r * ld, c + r * ld, cols,
+                      static_cast<std::uint64_t>((first_row + r) * cols), key, p);
+}
+
 /// out[i] = uniform_at(key, i) < p ? 0 : in[i] / (1 - p), for i in [0, n), in parallel chunks.
 /// `out` may alias `in`. `vectorized` = false forces the scalar loop (the tests' reference).
 template <class T>

@@ -19,11 +19,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
 #include "attn/kernels/detail/gemm_packed.hpp"
 #include "attn/kernels/detail/gemm_small.hpp"
+#include "attn/kernels/dropout.hpp"
 #include "attn/parallel.hpp"
 #include "attn/tensor.hpp"
 
@@ -98,6 +100,8 @@ template <class T>
 struct Epilogue {
   const T* bias = nullptr;  // [N] added to every row of c, or null
   bool relu = false;        // c = max(0, c) after the bias
+  double dropout = 0;       // then dropout (kernels/dropout.hpp) with this probability and key,
+  std::uint64_t dropout_key = 0;  // element (i, j) of c being element i N + j of the mask
 };
 
 namespace detail {
@@ -143,6 +147,14 @@ void apply_epilogue(Dst& c, const Epilogue<T>& epi) {
   if (epi.bias != nullptr)
     c.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(epi.bias, c.cols());
   if (epi.relu) c = c.cwiseMax(T(0));
+  if (epi.dropout > 0) {  // the scalar mask of kernels/dropout.hpp, element by element
+    const T scale = static_cast<T>(1.0 / (1.0 - epi.dropout));
+    for (Index i = 0; i < c.rows(); ++i)
+      for (Index j = 0; j < c.cols(); ++j) {
+        const auto flat = static_cast<std::uint64_t>(i * c.cols() + j);
+        c(i, j) = uniform_at(epi.dropout_key, flat) < epi.dropout ? T(0) : c(i, j) * scale;
+      }
+  }
 }
 
 /// Runs the product on the AVX-512 path if it applies (float, operands in memory, c with
@@ -163,10 +175,15 @@ bool try_gemm_avx512(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const 
                                         bv->col_stride};
     const double work = static_cast<double>(c.rows()) * static_cast<double>(c.cols()) *
                         static_cast<double>(a.cols());
-    const GemmEpilogue fused{epi.bias, epi.relu};
-    if (c.rows() < kGemmPackedMinRows)
-      return gemm_small_rows(ac, bc, *cv, accumulate, fused,
-                             work >= kGemmSmallParallelMinWork ? num_threads() : 1);
+    const GemmEpilogue fused{epi.bias, epi.relu, epi.dropout, epi.dropout_key};
+    if (c.rows() < kGemmPackedMinRows) {
+      if (!gemm_small_rows(ac, bc, *cv, accumulate, fused,
+                           work >= kGemmSmallParallelMinWork ? num_threads() : 1))
+        return false;
+      if (epi.dropout > 0)
+        dropout_rows(cv->data, cv->rows, cv->cols, cv->row_stride, 0, epi.dropout, epi.dropout_key);
+      return true;
+    }
     gemm_packed(ac, bc, *cv, accumulate, fused, work >= kGemmParallelMinWork ? num_threads() : 1,
                 constant_b);
     return true;
@@ -207,7 +224,7 @@ void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T
   ATTN_ASSERT(a.rows() == c.rows() && b.cols() == c.cols() && a.cols() == b.rows());
   if (detail::try_gemm_avx512(c, a, b, accumulate, epi, constant_b)) return;
   detail::gemm_eigen(c, a, b, accumulate);
-  if (epi.bias != nullptr || epi.relu) detail::apply_epilogue(c, epi);
+  if (epi.bias != nullptr || epi.relu || epi.dropout > 0) detail::apply_epilogue(c, epi);
 }
 
 }  // namespace attn::kernels

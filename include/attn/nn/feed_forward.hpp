@@ -37,9 +37,14 @@ class FeedForward : public Module<T> {
   const Tensor<T>& forward(const Tensor<T>& x) {
     ATTN_CHECK(x.rank() >= 1 && x.size(x.rank() - 1) == d_model(), ShapeError,
                "FeedForward: expected input [..., ", d_model(), "], got ", x.shape());
-    // The ReLU is applied as linear1's product is stored; relu_ keeps the result for backward.
-    const Tensor<T>& h = relu_.adopt_output(linear1.forward(x, /*relu=*/true));  // [..., F]
-    return linear2.forward(dropout_.forward(h));
+    // The ReLU and the dropout are applied as linear1's product is stored; relu_ keeps the result
+    // for backward, where h > 0 exactly where the ReLU passed and the dropout kept, so its mask
+    // and the dropout's backward give the same bits as the separate modules.
+    std::vector<Index> hidden = x.shape().to_vector();
+    hidden.back() = d_ff();
+    const DropoutMask drop = dropout_.fused_forward(Shape(hidden));
+    const Tensor<T>& h = relu_.adopt_output(linear1.forward(x, /*relu=*/true, drop));  // [..., F]
+    return linear2.forward(h);
   }
 
   /// dy [..., D] -> dx [..., D]; accumulates the gradients of both Linear layers.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "attn/kernels/linear.hpp"
+#include "attn/nn/dropout.hpp"
 #include "attn/nn/module.hpp"
 
 namespace attn {
@@ -28,9 +29,10 @@ class Linear : public Module<T> {
     if (has_bias_) bias.value.set_zero();
   }
 
-  /// x [..., I] -> y [..., O]; with `relu`, y = max(0, x W^T + b), the ReLU applied as the product
-  /// is stored (FeedForward's first layer; backward is still that of the affine map).
-  const Tensor<T>& forward(const Tensor<T>& x, bool relu = false) {
+  /// x [..., I] -> y [..., O]; with `relu`, y = max(0, x W^T + b), and with `drop` (a Dropout's
+  /// fused_forward) a dropout after that, both applied as the product is stored (FeedForward's
+  /// first layer; backward is still that of the affine map alone).
+  const Tensor<T>& forward(const Tensor<T>& x, bool relu = false, DropoutMask drop = {}) {
     ATTN_CHECK(x.rank() >= 1 && x.size(x.rank() - 1) == in_, ShapeError,
                "Linear: expected input [..., ", in_, "], got ", x.shape());
     x_ = x;
@@ -38,7 +40,7 @@ class Linear : public Module<T> {
     dims.back() = out_;
     y_.resize(Shape(dims));
     kernels::linear_forward<T>(y_.matrix(), x.matrix(), weight.value.matrix(),
-                               has_bias_ ? bias.value.data() : nullptr, relu);
+                               has_bias_ ? bias.value.data() : nullptr, relu, drop.p, drop.key);
     return y_;
   }
 

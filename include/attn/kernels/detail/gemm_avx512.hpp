@@ -24,6 +24,7 @@
 #define ATTN_HAVE_AVX512_GEMM 1
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "attn/kernels/detail/gemm_operand.hpp"
@@ -37,8 +38,10 @@ inline constexpr Index kMC = 96;   // rows of A per thread's block (8 panels, 96
 
 /// What is applied to each element of C after its last block, while the tile is in registers.
 struct GemmEpilogue {
-  const float* bias = nullptr;  // [N] added to every row, or null
-  bool relu = false;            // max(0, .) after the bias
+  const float* bias = nullptr;    // [N] added to every row, or null
+  bool relu = false;              // max(0, .) after the bias
+  double dropout = 0;             // then dropout with this probability (kernels/dropout.hpp) ...
+  std::uint64_t dropout_key = 0;  // ... and key, element (i, j) being element i N + j
 };
 
 /// c[MR, nc] (nc <= kNR, row stride ldc) = (from_zero ? 0 : c) + a_panel b_panel over kc steps,
@@ -98,11 +101,11 @@ ATTN_TARGET_AVX512 inline void micro_tile_rows(int rows, Index kc, const float* 
   case R:                 \
     return micro_tile<R>(kc, a, b, c, ldc, nc, from_zero, last, epi, col0);
     ATTN_GEMM_ROWS(12)
-    ATTN_GEMM_ROWS(11) ATTN_GEMM_ROWS(10) ATTN_GEMM_ROWS(9) ATTN_GEMM_ROWS(8) ATTN_GEMM_ROWS(7)
-        ATTN_GEMM_ROWS(6) ATTN_GEMM_ROWS(5) ATTN_GEMM_ROWS(4) ATTN_GEMM_ROWS(3) ATTN_GEMM_ROWS(2)
-            ATTN_GEMM_ROWS(1)
+    ATTN_GEMM_ROWS(11)
+    ATTN_GEMM_ROWS(10) ATTN_GEMM_ROWS(9) ATTN_GEMM_ROWS(8) ATTN_GEMM_ROWS(7) ATTN_GEMM_ROWS(6)
+        ATTN_GEMM_ROWS(5) ATTN_GEMM_ROWS(4) ATTN_GEMM_ROWS(3) ATTN_GEMM_ROWS(2) ATTN_GEMM_ROWS(1)
 #undef ATTN_GEMM_ROWS
-                default : return;
+            default : return;
   }
 }
 

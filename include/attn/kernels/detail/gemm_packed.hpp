@@ -4,6 +4,7 @@
 
 #include "attn/kernels/detail/gemm_avx512.hpp"
 #include "attn/kernels/detail/gemm_weight_cache.hpp"
+#include "attn/kernels/dropout.hpp"
 
 #if defined(ATTN_HAVE_AVX512_GEMM)
 
@@ -64,7 +65,32 @@ ATTN_TARGET_AVX512 inline void gemm_row_block(const StridedMatrix<const float>& 
                         &c(i0 + p, j0), c.row_stride, nc, from_zero, last, epi, j0);
     }
   }
+  // Dropout last, on the finished rows while they are still in cache.
+  if (epi.dropout > 0)
+    dropout_rows(&c(i0, 0), mc, N, c.row_stride, i0, epi.dropout, epi.dropout_key);
 }
+
+/// How the rows of C are cut into blocks handed out to the threads: kMC rows each, except the last
+/// rows (between 1 and 2 kMC blocks' worth per thread), which go in blocks of kTailRows so that the
+/// threads finish together (with 96-row blocks only, a 512-row product on 2 threads was split
+/// 288 / 224). The cut never changes a result: each element of C is summed the same way in any
+/// block.
+struct RowBlocks {
+  static constexpr Index kTailRows = 2 * kMR;
+  Index head = 0;  // blocks of kMC rows first
+  Index count = 0;
+  Index rows = 0;
+
+  RowBlocks(Index M, int threads) : rows(M) {
+    const Index tail_min = threads > 1 ? Index(threads) * kMC : 0;
+    head = M > tail_min ? (M - tail_min) / kMC : 0;
+    const Index tail = M - head * kMC;
+    count = head + (tail + kTailRows - 1) / kTailRows;
+    if (threads <= 1) count = head = (M + kMC - 1) / kMC;
+  }
+  Index start(Index r) const { return r < head ? r * kMC : head * kMC + (r - head) * kTailRows; }
+  Index size(Index r) const { return std::min<Index>(r < head ? kMC : kTailRows, rows - start(r)); }
+};
 
 /// C = A B with an empty inner dimension: C (or C + 0 when accumulating), then the epilogue.
 inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const GemmEpilogue& epi) {
@@ -75,6 +101,8 @@ inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const Gemm
       if (epi.relu) v = std::max(v, 0.0f);
       c(i, j) = v;
     }
+  if (epi.dropout > 0)
+    dropout_rows(c.data, c.rows, c.cols, c.row_stride, 0, epi.dropout, epi.dropout_key);
 }
 
 /// c (=, or += when accumulate) a b, then the epilogue; c [M, N] must have unit column stride.
@@ -96,14 +124,18 @@ inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix
     pack_b_panel(b, k0, kc, q, const_cast<float*>(packed.panel(k0, kc, q)));
   };
   const bool pack = cached == nullptr || first_use;
-  const Index row_blocks = (M + kMC - 1) / kMC, pack_tasks = pack ? kblocks * panels : 0;
+  const Index pack_tasks = pack ? kblocks * panels : 0;
+#if defined(_OPENMP)
+  if (omp_in_parallel()) threads = 1;
+#endif
+  threads = static_cast<int>(std::min<Index>(threads, (M + kMC - 1) / kMC));
+  const RowBlocks blocks(M, threads);
+  const Index row_blocks = blocks.count;
   const auto row_task = [&](Index r, float* packed_a) {
-    const Index i0 = r * kMC;
-    gemm_row_block(a, packed, c, i0, std::min<Index>(kMC, M - i0), accumulate, epi, packed_a);
+    gemm_row_block(a, packed, c, blocks.start(r), blocks.size(r), accumulate, epi, packed_a);
   };
 #if defined(_OPENMP)
-  threads = static_cast<int>(std::min<Index>(threads, row_blocks));
-  if (threads > 1 && !omp_in_parallel()) {
+  if (threads > 1) {
     // Dynamic hand-out in both phases: a thread slowed by another process on its core takes
     // fewer tasks instead of holding up the other one (the only wait is the barrier after
     // packing B, and the end of the region).
