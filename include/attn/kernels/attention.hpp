@@ -22,6 +22,7 @@
 
 #include "attn/kernels/attention_common.hpp"
 #include "attn/kernels/dropout.hpp"
+#include "attn/kernels/gemm.hpp"
 #include "attn/kernels/softmax.hpp"
 #include "attn/parallel.hpp"
 
@@ -153,7 +154,7 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
         detail::for_each_query_block(Tq, S, mask.causal, [&](Index t0, Index nt, Index ns) {
           detail::ConstStrided<T> qb(q + (b * Tq + t0) * ldq + h * K, nt, K, Stride(ldq));
           auto pb = scratch.p.topLeftCorner(nt, ns);
-          pb.noalias() = qb * kh.topRows(ns).transpose();
+          gemm(pb, qb, kh.topRows(ns).transpose(), false);
           for (Index i = 0; i < nt; ++i) {
             const Index t = t0 + i;
             const Index n = detail::visible_keys(mask.causal, t, Tq, S);
@@ -171,7 +172,7 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
                                         dropout.key, dropout.p);
           }
           detail::Strided<T> ob(out + (b * Tq + t0) * ldo + h * K, nt, K, Stride(ldo));
-          ob.noalias() = pb * vh.topRows(ns);
+          gemm(ob, pb, vh.topRows(ns), false);
         });
       });
 }
@@ -209,8 +210,8 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
           detail::ConstStrided<T> dob(dout + (b * Tq + t0) * lddo + h * K, nt, K, Stride(lddo));
           auto pb = scratch.p.topLeftCorner(nt, ns);
           auto dpb = scratch.dp.topLeftCorner(nt, ns);
-          pb.noalias() = qb * kh.topRows(ns).transpose();
-          dpb.noalias() = dob * vh.topRows(ns).transpose();
+          gemm(pb, qb, kh.topRows(ns).transpose(), false);
+          gemm(dpb, dob, vh.topRows(ns).transpose(), false);
           for (Index i = 0; i < nt; ++i) {
             const Index t = t0 + i;
             const Index n = detail::visible_keys(mask.causal, t, Tq, S);
@@ -231,17 +232,17 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
             }
           }
           if (drop)
-            dvh.topRows(ns).noalias() += scratch.pd.topLeftCorner(nt, ns).transpose() * dob;
+            gemm(dvh.topRows(ns), scratch.pd.topLeftCorner(nt, ns).transpose(), dob, true);
           else
-            dvh.topRows(ns).noalias() += pb.transpose() * dob;
+            gemm(dvh.topRows(ns), pb.transpose(), dob, true);
           for (Index i = 0; i < nt; ++i) {
             const T d = dob.row(i).dot(ob.row(i));
             detail::RowArrayMap<T> ds(scratch.dp.data() + i * S, ns);
-            ds = detail::ConstRowArrayMap<T>(scratch.p.data() + i * S, ns) * (ds - d);
+            ds = detail::ConstRowArrayMap<T>(scratch.p.data() + i * S, ns) * (ds - d) * scale;
           }
           detail::Strided<T> dqb(dq + (b * Tq + t0) * lddq + h * K, nt, K, Stride(lddq));
-          dqb.noalias() = scale * (dpb * kh.topRows(ns));
-          dkh.topRows(ns).noalias() += scale * (dpb.transpose() * qb);
+          gemm(dqb, dpb, kh.topRows(ns), false);  // dpb holds scale dlogits
+          gemm(dkh.topRows(ns), dpb.transpose(), qb, true);
         });
       });
 }
