@@ -190,8 +190,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--dropout", t.dropout, "override P_drop (< 0: preset)")->capture_default_str();
   train->add_flag("--norm-first", t.norm_first,
-                  "pre-norm: LayerNorm before each sublayer, not after the residual sum "
-                  "(default: off, the paper's post-norm)");
+                  "pre-norm: LayerNorm before each sublayer, not after the residual sum as "
+                  "in the paper (default: off)");
   train->add_option("--label-smoothing", t.label_smoothing, "epsilon_ls")->capture_default_str();
   train->add_option("--warmup", t.warmup, "warmup steps of the Noam schedule")
       ->capture_default_str();
