@@ -33,7 +33,7 @@ void read_dictionary(const BuiltinCorpusOptions& o, std::vector<SourcedPair>& ou
     const bool train = (sentence && o.dictionary_sentences) ||
                        (p.kind == DictKind::kPhrase && o.dictionary_phrases) ||
                        (p.kind == DictKind::kWord && o.dictionary_words);
-    // Sentences are read even when not trained on: they are held-out candidates.
+    // Sentences are read even when not trained on: without descriptions they are held out.
     if (train || sentence)
       out.push_back({std::move(p.en), std::move(p.de), CorpusSource::kDictionary, sentence, train});
   }
@@ -84,10 +84,14 @@ BuiltinCorpus assemble_builtin_corpus(const std::vector<SourcedPair>& pairs,
     else
       ++st.duplicates;
   }
-  // Step 2: held-out sets by hash order of the full sentences.
+  // Step 2: held-out sets by hash order of the full sentences of one source.
+  const bool have_descriptions =
+      std::any_of(unique.begin(), unique.end(),
+                  [](const SourcedPair* p) { return p->source == CorpusSource::kDescriptions; });
+  st.held_out_source = have_descriptions ? CorpusSource::kDescriptions : CorpusSource::kDictionary;
   std::vector<std::tuple<std::uint64_t, std::size_t>> candidates;
   for (std::size_t i = 0; i < unique.size(); ++i)
-    if (unique[i]->source != CorpusSource::kGettext &&
+    if (unique[i]->source == st.held_out_source && (have_descriptions || unique[i]->sentence) &&
         is_full_sentence(unique[i]->en, o.held_out_min_words, o.held_out_max_words))
       candidates.emplace_back(stable_hash(unique[i]->en), i);
   std::sort(candidates.begin(), candidates.end());
@@ -106,8 +110,9 @@ BuiltinCorpus assemble_builtin_corpus(const std::vector<SourcedPair>& pairs,
     held_text.insert(p.en);
     held_text.insert(p.de);
     ParallelCorpus& part = k < o.valid_size ? out.split.valid : out.split.test;
-    if (&part == &out.split.test && p.source == CorpusSource::kDictionary &&
-        out.showcase.size() < o.show_everyday && count_words(p.en) <= 12)
+    const std::size_t words = count_words(p.en);
+    if (&part == &out.split.test && out.showcase.size() < o.show_count &&
+        words >= o.show_min_words && words <= o.show_max_words)
       out.showcase.push_back(part.size());
     add(part, p);
   }
@@ -134,8 +139,8 @@ BuiltinCorpus load_builtin_corpus(const BuiltinCorpusOptions& o, BuiltinCorpusSt
   BuiltinCorpusStats& st = stats ? *stats : local;
   st = BuiltinCorpusStats{};
   std::vector<SourcedPair> pairs;
-  // Descriptions and the dictionary are always read: their full sentences make the held-out
-  // sets, which must not change with the training mix.
+  // Descriptions and the dictionary are always read: the held-out sets come from their full
+  // sentences (assemble_builtin_corpus, step 2) and must not change with the training mix.
   const std::tuple<bool, CorpusSource,
                    void (*)(const BuiltinCorpusOptions&, std::vector<SourcedPair>&)>
       sources[] = {{true, CorpusSource::kDescriptions, read_descriptions},

@@ -14,18 +14,21 @@
 // Assembly (assemble_builtin_corpus, a pure function of the pairs, so it is tested on its own):
 //   1. Pairs whose English side repeats an earlier one are dropped (sources in the order above,
 //      files in name order): one source sentence, one reference.
-//   2. Held-out candidates are the full sentences of the descriptions and the dictionary, whatever
-//      the training mix (so every mix is scored on the same sentences; gettext never):
-//      held_out_min_words..held_out_max_words English words, starting with an upper-case letter
-//      or digit, ending in '.', '!' or '?'. They are
+//   2. Held-out candidates are the full sentences of the package descriptions, whatever the
+//      training mix (so every mix is scored on the same sentences): held_out_min_words..
+//      held_out_max_words English words, starting with an upper-case letter or digit, ending in
+//      '.', '!' or '?'. The dictionary's example sentences are mostly idioms ("The modern lamp
+//      jars with the antique furniture.") that no short run learns, so they are held out only
+//      when no description could be read (stats->held_out_source says which). The candidates are
 //      ordered by stable_hash of the English side (FNV-1a + SplitMix, fixed across platforms);
 //      the first valid_size become the validation set, the next test_size the test set.
 //   3. Every pair whose English or German side equals a held-out pair's English or German side
 //      is removed from training, so neither the test nor the validation sentences are trained on.
 //   4. The training set is the rest of the pairs in the mix; dictionary sentences appear
 //      sentence_weight times.
-// `showcase` lists up to show_everyday test sentences from the dictionary (everyday language,
-// 4-12 words) in test-set order: the sentences the main job prints with their translations.
+// `showcase` lists the first show_count test sentences (in test-set order) of show_min_words..
+// show_max_words English words: short, plain sentences that the main job prints with their
+// translations.
 #pragma once
 
 #include <cstddef>
@@ -53,7 +56,9 @@ struct BuiltinCorpusOptions {
   std::size_t test_size = 500;
   std::size_t held_out_min_words = 5;
   std::size_t held_out_max_words = 20;
-  std::size_t show_everyday = 8;
+  std::size_t show_count = 8;      ///< showcase: the first test sentences of
+  std::size_t show_min_words = 5;  ///< show_min_words..show_max_words English words
+  std::size_t show_max_words = 12;
 };
 
 struct SourcedPair {
@@ -68,6 +73,8 @@ struct BuiltinCorpusStats {
   std::size_t pairs_read[3] = {0, 0, 0};  ///< per CorpusSource, as read
   std::size_t duplicates = 0;             ///< step 1
   std::size_t candidates = 0;             ///< step 2: full sentences eligible for held-out sets
+  /// Step 2: the source of the held-out sentences.
+  CorpusSource held_out_source = CorpusSource::kDescriptions;
   std::size_t removed_overlap = 0;        ///< step 3
   std::size_t train_by_source[3] = {0, 0, 0};  ///< training pairs per source, with weights
 };

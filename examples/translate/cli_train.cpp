@@ -64,6 +64,9 @@ void add_model_flags(CLI::App* train, TrainOptions& t) {
   train->add_option("--d-ff", t.d_ff, "override feed-forward width (0: preset)")
       ->capture_default_str();
   train->add_option("--dropout", t.dropout, "override P_drop (< 0: preset)")->capture_default_str();
+  train->add_flag("--norm-first", t.norm_first,
+                  "pre-norm: LayerNorm before each sublayer, not after the residual sum as "
+                  "in the paper (default: off)");
 }
 
 // The loss, the schedule and what one update sees: batches, their accumulation, the vocabulary
@@ -133,7 +136,7 @@ void add_report_flags(CLI::App* train, TrainCommand& c) {
       ->capture_default_str();
 }
 
-// The saved model's test BLEU, then `show` translations: the everyday sentences of the built-in
+// The saved model's test BLEU, then `show` translations: the short sentences of the built-in
 // test set first (`showcase`), then the others in order.
 void report_test(Trainer& trainer, const TrainOptions& t, const std::vector<std::size_t>& showcase,
                  int show) {

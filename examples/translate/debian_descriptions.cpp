@@ -116,10 +116,35 @@ bool starts_sentence(std::string_view rest) {
          (rest[1] == '\x84' || rest[1] == '\x96' || rest[1] == '\x9C');
 }
 
+// "* item", "- item", "+ item", "o item": the marker is layout, not text to translate.
+std::string_view strip_list_marker(std::string_view s) {
+  return starts_list_item(s) ? trim(s.substr(2)) : s;
+}
+
+// Lengths that a translation cannot have: one side over max_length_ratio times the other (in code
+// points, once the longer side has 20 or more). Sentences paired by count alone misalign this
+// way ("It uses the gcc backend." / "Dies ist der GNU-Fortran-Compiler, der ... erzeugt.").
+bool lengths_disagree(std::string_view en, std::string_view de, double max_ratio) {
+  const double a = static_cast<double>(code_points(en)), b = static_cast<double>(code_points(de));
+  const double lo = std::min(a, b), hi = std::max(a, b);
+  return hi >= 20 && hi > max_ratio * std::max(lo, 1.0);
+}
+
+// Adds the pair if it is usable text; counts why not if it is not.
 void add_pair(ParallelCorpus& out, std::string_view en, std::string_view de,
-              const DebianDescriptionOptions& o) {
+              const DebianDescriptionOptions& o, DebianDescriptionStats& st) {
+  en = strip_list_marker(en);
+  de = strip_list_marker(de);
   if (en.empty() || de.empty() || en == de) return;
   if (code_points(en) > o.max_chars || code_points(de) > o.max_chars) return;
+  if (en.find("://") != std::string_view::npos || de.find("://") != std::string_view::npos) {
+    ++st.dropped_urls;
+    return;
+  }
+  if (lengths_disagree(en, de, o.max_length_ratio)) {
+    ++st.dropped_ratio;
+    return;
+  }
   out.src.emplace_back(en);
   out.tgt.emplace_back(de);
 }
@@ -205,8 +230,10 @@ std::vector<Description> parse_translation_records(std::string_view text, std::s
 std::vector<std::string> split_sentences(std::string_view p) {
   std::vector<std::string> out;
   std::size_t start = 0;
+  int depth = 0;  // of parentheses: "(Emil Klumpp. 1956)" ends no sentence
   for (std::size_t i = 0; i + 2 < p.size(); ++i) {
-    if ((p[i] != '.' && p[i] != '!' && p[i] != '?') || p[i + 1] != ' ') continue;
+    depth += p[i] == '(' ? 1 : p[i] == ')' && depth > 0 ? -1 : 0;
+    if (depth > 0 || (p[i] != '.' && p[i] != '!' && p[i] != '?') || p[i + 1] != ' ') continue;
     if (!starts_sentence(p.substr(i + 2))) continue;
     if (p[i] == '.') {
       const std::size_t word = p.rfind(' ', i);
@@ -240,18 +267,23 @@ ParallelCorpus pair_descriptions(const std::vector<Description>& english,
     }
     ++st.matched;
     const Description& en = *it->second;
-    add_pair(out, en.short_text, de.short_text, options);
+    add_pair(out, en.short_text, de.short_text, options, st);
     if (en.paragraphs.size() != de.paragraphs.size()) {
       ++st.paragraphs_misaligned;
       continue;
     }
     for (std::size_t p = 0; p < en.paragraphs.size(); ++p) {
       const auto s_en = split_sentences(en.paragraphs[p]), s_de = split_sentences(de.paragraphs[p]);
-      if (s_en.size() == s_de.size()) {
-        for (std::size_t k = 0; k < s_en.size(); ++k) add_pair(out, s_en[k], s_de[k], options);
+      // Equal counts can still pair the wrong sentences (one side split where the other joined):
+      // then a pair's lengths disagree, and the paragraph is treated as misaligned.
+      bool aligned = s_en.size() == s_de.size();
+      for (std::size_t k = 0; aligned && k < s_en.size(); ++k)
+        aligned = !lengths_disagree(s_en[k], s_de[k], options.max_length_ratio);
+      if (aligned) {
+        for (std::size_t k = 0; k < s_en.size(); ++k) add_pair(out, s_en[k], s_de[k], options, st);
       } else {
         ++st.sentences_misaligned;
-        add_pair(out, en.paragraphs[p], de.paragraphs[p], options);  // if short enough
+        add_pair(out, en.paragraphs[p], de.paragraphs[p], options, st);  // if short enough
       }
     }
   }

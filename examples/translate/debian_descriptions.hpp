@@ -14,8 +14,10 @@
 // The md5 is that of the English original, so it pairs a German record with its English one.
 // Pairs come at three levels: the short descriptions; the paragraphs (the i-th of one side with
 // the i-th of the other, only when both sides have the same number of paragraphs); and within a
-// paragraph pair the sentences, when both sides split into the same number. A paragraph pair whose
-// sentence counts differ is kept whole if it is short enough, else dropped and counted.
+// paragraph pair the sentences, when both sides split into the same number and every sentence
+// pair's lengths agree (max_length_ratio). A paragraph pair whose sentences do not pair up is kept
+// whole if it is short enough, else dropped and counted. List markers ("* ", "- ") are removed;
+// pairs with a URL, or whose lengths disagree, are dropped and counted.
 //
 // Malformed records (no md5, no description field, a line that is neither "Field: value" nor a
 // continuation, a bad md5, invalid UTF-8) are skipped and counted, never fatal: one bad record in
@@ -46,13 +48,18 @@ struct DebianDescriptionStats {
   std::size_t matched = 0;             ///< German descriptions with an English original
   std::size_t unmatched = 0;           ///< German descriptions without one
   std::size_t paragraphs_misaligned = 0;  ///< descriptions whose paragraph counts differ
-  std::size_t sentences_misaligned = 0;   ///< paragraph pairs whose sentence counts differ
+  std::size_t sentences_misaligned = 0;   ///< paragraph pairs whose sentences do not pair up
+  std::size_t dropped_urls = 0;           ///< pairs with a URL ("://") on either side
+  std::size_t dropped_ratio = 0;          ///< pairs whose lengths disagree (max_length_ratio)
   std::size_t pairs = 0;                  ///< pairs produced (before any deduplication)
 };
 
 struct DebianDescriptionOptions {
   std::string directory = "/var/lib/apt/lists";
   std::size_t max_chars = 200;  ///< code points per side of a pair; longer ones are dropped
+  /// A pair whose longer side (of 20 code points or more) is over this many times the shorter is
+  /// no translation of it: dropped, or for sentences the paragraph is taken as misaligned.
+  double max_length_ratio = 2.0;
   /// Decompressed size limit per file: a hostile frame cannot make us allocate without bound.
   std::size_t max_file_bytes = std::size_t{1} << 30;
 };
@@ -69,8 +76,8 @@ std::vector<Description> parse_translation_records(std::string_view text, std::s
                                                    DebianDescriptionStats* stats = nullptr);
 
 /// Splits a paragraph into sentences at '.', '!' or '?' followed by a space and an upper-case
-/// letter or digit; a dot after a single letter or a known abbreviation ("e.g.", "z.B.", "bzw.",
-/// "etc.") does not end a sentence.
+/// letter or digit, outside parentheses; a dot after a single letter or a known abbreviation
+/// ("e.g.", "z.B.", "bzw.", "etc.") does not end a sentence.
 std::vector<std::string> split_sentences(std::string_view paragraph);
 
 /// Pairs German descriptions with their English originals by md5, then by paragraph and sentence

@@ -13,7 +13,7 @@ struct TrainDataFlags {
   std::string src, tgt;                        ///< training files, line-aligned
   std::string valid_src, valid_tgt;            ///< validation files
   std::string test_src, test_tgt;              ///< test files
-  std::string mix = "descriptions,sentences";  ///< the winner of README's comparison
+  std::string mix = "descriptions,sentences";  ///< the main job passes "descriptions" (README)
   BuiltinCorpusOptions builtin;
 };
 

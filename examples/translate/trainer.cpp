@@ -83,6 +83,7 @@ TransformerConfig make_config(const TrainOptions& o, Index vocab) {
   if (o.heads > 0) c.heads = o.heads;
   if (o.d_ff > 0) c.d_ff = o.d_ff;
   if (o.dropout >= 0) c.dropout = o.dropout;
+  if (o.norm_first) c.norm_first = true;
   c.seed = o.seed;
   c.validate();
   return c;

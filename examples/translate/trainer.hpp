@@ -39,6 +39,7 @@ struct TrainOptions {
   Index heads = 0;
   Index d_ff = 0;
   double dropout = -1;
+  bool norm_first = false;  ///< pre-norm sublayers (LayerNorm before each sublayer) instead of post
   double label_smoothing = 0.1;
   Index warmup = 4000;
   double lr_factor = 1.0;

@@ -19,6 +19,7 @@
 #include "builtin_corpus.hpp"
 #include "debian_descriptions.hpp"
 #include "dictionary_corpus.hpp"
+#include "gettext_corpus.hpp"  // count_words
 #include "progress.hpp"
 
 namespace fs = std::filesystem;
@@ -147,6 +148,45 @@ TEST(DebianDescriptions, MisalignedSentencesKeepTheShortParagraphWhole) {
   o.max_chars = 8;  // the paragraph is too long to keep whole
   c = pair_descriptions(en, de, o);
   EXPECT_EQ(c.size(), 1u);
+}
+
+TEST(DebianDescriptions, EqualSentenceCountsWithDisagreeingLengthsAreMisaligned) {
+  // Both sides have two sentences, but the German joined the English first two and added one.
+  const auto en = parse_translation_records(
+      record(kMd5a, "en", "S\n It is a compiler. It uses the gcc backend to generate code."), "en");
+  const auto de = parse_translation_records(
+      record(kMd5a, "de",
+             "K\n Dies ist ein Compiler, der das gcc-Backend verwendet, um Code zu erzeugen. "
+             "Er ist frei."),
+      "de");
+  DebianDescriptionStats st;
+  const ParallelCorpus c = pair_descriptions(en, de, {}, &st);
+  EXPECT_EQ(st.sentences_misaligned, 1u);
+  // Kept whole (short enough, and the paragraphs' lengths agree), never sentence by sentence.
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c.src[1], "It is a compiler. It uses the gcc backend to generate code.");
+}
+
+TEST(DebianDescriptions, ListMarkersUrlsAndDisagreeingLengths) {
+  const auto en = parse_translation_records(
+      record(kMd5a, "en",
+             "data files for karchive\n * fast startup\n .\n See http://example.org/ for more.\n "
+             ".\n - small"),
+      "en");
+  const auto de = parse_translation_records(
+      record(kMd5a, "de",
+             "Qt-5-Addon f\xc3\xbcr den Zugriff auf zahlreiche Arten von Archiven - Datendateien\n "
+             "* schneller Start\n .\n Siehe http://example.org/ f\xc3\xbcr mehr.\n .\n - klein"),
+      "de");
+  DebianDescriptionStats st;
+  const ParallelCorpus c = pair_descriptions(en, de, {}, &st);
+  EXPECT_EQ(c.src, (std::vector<std::string>{"fast startup", "small"}));
+  EXPECT_EQ(c.tgt, (std::vector<std::string>{"schneller Start", "klein"}));
+  EXPECT_EQ(st.dropped_ratio, 1u);  // the short description: 23 against 72 code points
+  EXPECT_EQ(st.dropped_urls, 1u);
+  DebianDescriptionOptions o;
+  o.max_length_ratio = 4;  // loose enough for the short description
+  EXPECT_EQ(pair_descriptions(en, de, o).src.front(), "data files for karchive");
 }
 
 TEST(DebianDescriptions, Lz4FramesAndTheirCorruption) {
@@ -286,11 +326,14 @@ TEST(BuiltinCorpus, SplitsAreDeterministicDisjointAndFullSentences) {
   EXPECT_EQ(a.split.valid.size(), 10u);
   EXPECT_EQ(a.split.test.size(), 12u);
   EXPECT_EQ(st.duplicates, 1u);
-  EXPECT_EQ(st.candidates, 100u);
+  EXPECT_EQ(st.candidates, 66u);  // the description sentences (i % 3 != 0)
+  EXPECT_EQ(st.held_out_source, CorpusSource::kDescriptions);
   std::set<std::string> held;
   for (const ParallelCorpus* c : {&a.split.valid, &a.split.test})
     for (std::size_t i = 0; i < c->size(); ++i) {
       EXPECT_TRUE(is_full_sentence(c->src[i], 3, 20)) << c->src[i];
+      const std::size_t k = std::stoul(c->src[i].substr(std::string("Sentence number ").size()));
+      EXPECT_NE(k % 3, 0u) << "a dictionary sentence held out: " << c->src[i];
       EXPECT_TRUE(held.insert(c->src[i]).second) << "in both held-out sets: " << c->src[i];
       held.insert(c->tgt[i]);
     }
@@ -306,13 +349,30 @@ TEST(BuiltinCorpus, SplitsAreDeterministicDisjointAndFullSentences) {
   const BuiltinCorpus c = assemble_builtin_corpus(pairs, small_options());
   EXPECT_EQ(a.split.valid.src, c.split.valid.src);
   EXPECT_EQ(a.split.test.src, c.split.test.src);
-  // The showcase: dictionary sentences of the test set.
-  for (std::size_t i : a.showcase) {
-    ASSERT_LT(i, a.split.test.size());
-    const std::string& s = a.split.test.src[i];
-    const std::size_t k = std::stoul(s.substr(std::string("Sentence number ").size()));
-    EXPECT_EQ(k % 3, 0u) << s;
+  // The showcase: the first 8 test sentences of 5-12 words (all of these have 5).
+  EXPECT_EQ(a.showcase, (std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+}
+
+TEST(BuiltinCorpus, ShowcaseIsTheFirstTestSentencesOfItsLength) {
+  std::vector<SourcedPair> pairs;
+  for (int i = 0; i < 60; ++i) {  // 4, 5, ..., 15 words
+    std::string en = "Number", de = "Nummer";
+    for (int w = 0; w < 3 + i % 12; ++w) en += " w" + std::to_string(i), de += " x";
+    pairs.push_back({en + ".", de + std::to_string(i) + ".", CorpusSource::kDescriptions, false});
   }
+  BuiltinCorpusOptions o = small_options();
+  o.held_out_min_words = 1;
+  o.show_count = 3;
+  o.show_min_words = 6;
+  o.show_max_words = 9;
+  const BuiltinCorpus a = assemble_builtin_corpus(pairs, o);
+  std::vector<std::size_t> expected;
+  for (std::size_t i = 0; i < a.split.test.size() && expected.size() < 3; ++i) {
+    const std::size_t words = count_words(a.split.test.src[i]);
+    if (words >= 6 && words <= 9) expected.push_back(i);
+  }
+  EXPECT_EQ(expected.size(), 3u);  // the rule has something to pick from
+  EXPECT_EQ(a.showcase, expected);
 }
 
 TEST(BuiltinCorpus, OverlapWithHeldOutSidesIsRemovedAndSentencesWeighted) {
@@ -320,19 +380,20 @@ TEST(BuiltinCorpus, OverlapWithHeldOutSidesIsRemovedAndSentencesWeighted) {
   BuiltinCorpusOptions o = small_options();
   const BuiltinCorpus a = assemble_builtin_corpus(pairs, o);
   const std::string test_de = a.split.test.tgt[0];
-  pairs.push_back({"Another English source.", test_de, CorpusSource::kDescriptions, false});
+  // Not sentence-shaped, so never held out itself.
+  pairs.push_back({"another English source", test_de, CorpusSource::kDescriptions, false});
   BuiltinCorpusStats st;
   o.sentence_weight = 3;
   const BuiltinCorpus b = assemble_builtin_corpus(pairs, o, &st);
   EXPECT_EQ(st.removed_overlap, 1u);
   EXPECT_EQ(std::count(b.split.train.tgt.begin(), b.split.train.tgt.end(), test_de), 0);
-  // 60 words + 40 description sentences + 20 dictionary sentences, minus the 22 held out.
-  std::size_t dict_sentences = 0;
+  // 60 words and the 20 dictionary sentences three times each (none is held out); the 40
+  // description sentences minus the 22 held out, plus the new pair, minus the one removed.
+  EXPECT_EQ(st.train_by_source[static_cast<int>(CorpusSource::kDictionary)], 60u + 3u * 20u);
+  EXPECT_EQ(st.train_by_source[static_cast<int>(CorpusSource::kDescriptions)], 40u - 22u);
   for (std::size_t i = 0; i < 60; i += 3)
-    dict_sentences += std::find(b.split.train.src.begin(), b.split.train.src.end(),
-                                pairs[2 * i].en) != b.split.train.src.end();
-  EXPECT_EQ(st.train_by_source[static_cast<int>(CorpusSource::kDictionary)],
-            60 + 3 * dict_sentences);
+    EXPECT_EQ(std::count(b.split.train.src.begin(), b.split.train.src.end(), pairs[2 * i].en), 3)
+        << pairs[2 * i].en;
 }
 
 TEST(BuiltinCorpus, HeldOutSetsDoNotDependOnTheTrainingMix) {
@@ -355,7 +416,7 @@ TEST(BuiltinCorpus, HeldOutSetsDoNotDependOnTheTrainingMix) {
 TEST(BuiltinCorpus, TooFewSentencesIsADataError) {
   EXPECT_NE(error_of<attn::DataError>(
                 [&] { assemble_builtin_corpus(synthetic_pairs(5), small_options()); })
-                .find("has 5 full sentences; expected at least valid_size + test_size = 22"),
+                .find("has 3 full sentences; expected at least valid_size + test_size = 22"),
             std::string::npos);
 }
 
@@ -376,6 +437,8 @@ TEST(BuiltinCorpus, MissingSourcesAreNamedAndTheRestUsed) {
   ASSERT_EQ(st.missing.size(), 2u);
   EXPECT_EQ(st.missing[0].rfind("Debian package descriptions: ", 0), 0u) << st.missing[0];
   EXPECT_EQ(st.missing[1].rfind("gettext catalogs: ", 0), 0u) << st.missing[1];
+  // Without descriptions the dictionary's sentences are held out instead.
+  EXPECT_EQ(st.held_out_source, CorpusSource::kDictionary);
   EXPECT_EQ(c.split.valid.size() + c.split.test.size(), 22u);
   EXPECT_EQ(c.split.train.size(), 2u * 18u);  // sentence_weight 2
   o.dictionary_path = (dir / "missing").string();

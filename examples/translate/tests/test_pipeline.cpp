@@ -153,6 +153,20 @@ TEST_F(Pipeline, ClipNormBoundsTheGradientAndSurvivesResume) {
   EXPECT_TRUE(contains(msg, "--clip-norm must be finite and >= 0 (0: off), got -1")) << msg;
 }
 
+TEST_F(Pipeline, NormFirstBuildsAPreNormModelThatResumesAsOne) {
+  tr::TrainOptions o = tiny_options(dir("pre"));
+  EXPECT_FALSE(tr::make_config(o, 100).norm_first);  // the paper's post-norm by default
+  o.norm_first = true;
+  EXPECT_TRUE(tr::make_config(o, 100).norm_first);
+  train_one_step(o);
+  tr::TrainOptions r = tiny_options(dir("pre"));  // norm_first off: the checkpoint's model wins
+  r.resume = true;
+  tr::Trainer resumed(r, split());
+  EXPECT_TRUE(resumed.model().config().norm_first);
+  resumed.train(1);
+  EXPECT_EQ(resumed.step(), 2);
+}
+
 TEST_F(Pipeline, TrainTranslateEvaluateAverage) {
   const std::string a = dir("a");
   tr::TrainOptions o = tiny_options(a);
