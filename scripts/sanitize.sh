@@ -3,8 +3,10 @@
 #   1. ASan + UBSan (with float-cast-overflow and signed-integer-overflow, which GCC's
 #      -fsanitize=undefined leaves out or only warns about), every report fatal: build-asan/.
 #   2. TSan over the threaded kernels and the trainer's tests, with OpenMP (attn's only threads):
-#      build-tsan/. GCC's libgomp is not instrumented, so its barriers can be reported as races;
-#      TSAN_CXX=clang++ builds with LLVM's libomp instead, which TSan understands better.
+#      build-tsan/. GCC's libgomp is not instrumented, so TSan cannot see its barriers and reports
+#      accesses on either side of one as races (14 such reports in the kernel tests). clang++ with
+#      LLVM's libomp and its Archer tool (libarcher.so, which gives TSan OpenMP's synchronisation)
+#      is used when found; TSAN_CXX=c++ forces GCC.
 # Usage: [JOBS=2] [SANITIZE=asan|tsan|all] bash scripts/sanitize.sh [ctest -R pattern for asan]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,16 +29,29 @@ if [ "$which" = asan ] || [ "$which" = all ]; then
   export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   args=(--test-dir build-asan --output-on-failure --no-tests=error -j"$jobs" --timeout 3000)
   [ -z "$pattern" ] || args+=(-R "$pattern")
-  ctest "${args[@]}" || status=1
+  mpi='^data_parallel_np|^Mpi\.'
+  ctest "${args[@]}" -E "$mpi" || status=1
+  # Open MPI 4 leaves ~120 KB in ~3,360 blocks allocated at MPI_Finalize (every LeakSanitizer stack
+  # is in libmpi, libopen-pal or an unloaded MCA plugin, none in attn), so the MPI tests run with
+  # every ASan and UBSan check but the leak check. They are absent without MPI.
+  if [ -z "$pattern" ]; then
+    ASAN_OPTIONS=${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0} \
+      ctest --test-dir build-asan --output-on-failure --no-tests=ignore -j1 --timeout 3000 \
+      -R "$mpi" || status=1
+  fi
 fi
 
 if [ "$which" = tsan ] || [ "$which" = all ]; then
-  cmake -S . -B build-tsan "${common[@]}" -DCMAKE_CXX_COMPILER="${TSAN_CXX:-c++}" \
+  cxx=${TSAN_CXX:-c++}
+  [ -n "${TSAN_CXX:-}" ] || ! command -v clang++ >/dev/null || cxx=clang++
+  archer=$(ls /usr/lib/llvm-*/lib/libarcher.so 2>/dev/null | sort -V | tail -n 1 || true)
+  if [ "$cxx" = clang++ ] && [ -n "$archer" ]; then export OMP_TOOL_LIBRARIES=$archer; fi
+  cmake -S . -B build-tsan "${common[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
     -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
   cmake --build build-tsan -j"$jobs" --target test_gemm test_attention_kernels test_training \
     translate_test_pipeline attn-translate
-  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1
   ctest --test-dir build-tsan --output-on-failure --no-tests=error -j1 --timeout 3000 \
     -R 'Gemm|Attention|Training|Resume|Pipeline|Reliability|StopSignal|TrainState' || status=1
 fi

@@ -59,8 +59,9 @@ struct GzCloser {
 };
 using GzHandle = std::unique_ptr<gzFile_s, GzCloser>;
 
-// gzread passes plain files through unchanged, so one reader serves both formats.
-std::string read_all(const std::string& path) {
+// gzread passes plain files through unchanged, so one reader serves both formats. Stops with a
+// FormatError before the text grows beyond `max_bytes`, however small the compressed file is.
+std::string read_all(const std::string& path, std::size_t max_bytes) {
   {
     std::ifstream probe(path, std::ios::binary);
     ATTN_CHECK(probe.good(), IOError, "cannot open '", path,
@@ -80,6 +81,9 @@ std::string read_all(const std::string& path) {
       throw FormatError(detail::concat("'", path, "' is not a valid gzip stream: ", msg));
     }
     if (got == 0) break;
+    ATTN_CHECK(static_cast<std::size_t>(got) <= max_bytes - data.size(), FormatError, "'", path,
+               "' holds more than ", max_bytes, " bytes of text (the limit of one text file",
+               " after decompression); a gzip file that inflates this far is refused");
     data.append(chunk.data(), static_cast<std::size_t>(got));
   }
   // zlib reports a gzip stream cut short as a clean end of file plus a Z_BUF_ERROR.
@@ -94,8 +98,8 @@ bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\v\f") == s
 
 }  // namespace
 
-std::vector<std::string> read_lines(const std::string& path) {
-  std::string data = read_all(path);
+std::vector<std::string> read_lines(const std::string& path, std::size_t max_bytes) {
+  std::string data = read_all(path, max_bytes);
   strip_utf8_bom(data);
   std::vector<std::string> lines;
   std::size_t start = 0;
@@ -120,9 +124,9 @@ namespace {
 /// `text` as one gzip member (zlib's deflate with the gzip wrapper, windowBits 15 + 16).
 std::string gzip(const std::string& text, const std::string& path) {
   z_stream z{};
-  ATTN_CHECK(deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8,
-                          Z_DEFAULT_STRATEGY) == Z_OK,
-             IOError, "cannot compress '", path, "': deflateInit2 failed");
+  ATTN_CHECK(
+      deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK,
+      IOError, "cannot compress '", path, "': deflateInit2 failed");
   std::string out(deflateBound(&z, static_cast<uLong>(text.size())), '\0');
   z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
   z.avail_in = static_cast<uInt>(text.size());
@@ -150,8 +154,8 @@ void write_lines(const std::string& path, const std::vector<std::string>& lines)
 
 ParallelCorpus read_parallel(const std::string& src_path, const std::string& tgt_path,
                              const ReadParallelOptions& options, std::size_t* skipped) {
-  std::vector<std::string> src = read_lines(src_path);
-  std::vector<std::string> tgt = read_lines(tgt_path);
+  std::vector<std::string> src = read_lines(src_path, options.max_bytes);
+  std::vector<std::string> tgt = read_lines(tgt_path, options.max_bytes);
   ATTN_CHECK(src.size() == tgt.size(), DataError,
              "parallel files must have the same number of lines: '", src_path, "' has ", src.size(),
              ", '", tgt_path, "' has ", tgt.size());

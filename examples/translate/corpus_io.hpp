@@ -36,12 +36,19 @@ inline bool is_valid_utf8(std::string_view text) {
   return find_invalid_utf8(text) == std::string_view::npos;
 }
 
+/// The most bytes read_lines takes from one file by default, after decompression: 1 GiB. A gzip
+/// stream inflates up to about 1000 times its size, so a small file (a "gzip bomb") could
+/// otherwise fill the memory; reading stops at the cap, which bounds the memory to about twice it.
+inline constexpr std::size_t kMaxTextFileBytes = std::size_t{1} << 30;
+
 /// The lines of a text file, plain or gzip-compressed (detected from the content, not the name),
 /// without their '\n' or a trailing '\r'. A final line without '\n' counts; a final '\n' does not
 /// start an extra empty line. Throws IOError if the file cannot be opened or read, FormatError if
-/// a gzip stream is corrupt or truncated, DataError naming file, line and byte offset if a line is
-/// not valid UTF-8.
-std::vector<std::string> read_lines(const std::string& path);
+/// a gzip stream is corrupt or truncated or if the text (after decompression) is longer than
+/// `max_bytes` (the message names the limit), DataError naming file, line and byte offset if a
+/// line is not valid UTF-8.
+std::vector<std::string> read_lines(const std::string& path,
+                                    std::size_t max_bytes = kMaxTextFileBytes);
 
 /// Removes a UTF-8 byte order mark (EF BB BF) from the start of `text`, as editors on Windows
 /// write it: otherwise it would become part of the first word of the first line.
@@ -62,6 +69,7 @@ enum class EmptyLinePolicy {
 
 struct ReadParallelOptions {
   EmptyLinePolicy empty_lines = EmptyLinePolicy::kError;
+  std::size_t max_bytes = kMaxTextFileBytes;  ///< read_lines' cap, for each of the two files
 };
 
 /// Reads two line-aligned files. Throws DataError naming both files and both counts if their line

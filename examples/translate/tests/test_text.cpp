@@ -342,6 +342,34 @@ TEST(CorpusIo, PlainAndGzipRoundTrip) {
             (std::vector<std::string>{"one", "two", "three"}));
 }
 
+// A gzip bomb: 64 KB that inflate to 64 MB. Reading stops at the cap (1 MB here; 1 GiB by
+// default) with an error naming it, before the text grows past the cap; it used to read it all.
+TEST(CorpusIo, GzipBombStopsAtTheCap) {
+  const fs::path dir = temp_dir("bomb");
+  const std::string bomb = (dir / "bomb.gz").string();
+  gzFile f = gzopen(bomb.c_str(), "wb9");
+  ASSERT_NE(f, nullptr);
+  const std::string chunk(1 << 20, 'a');
+  for (int i = 0; i < 64; ++i)
+    ASSERT_EQ(gzwrite(f, chunk.data(), static_cast<unsigned>(chunk.size())), 1 << 20);
+  ASSERT_EQ(gzclose(f), Z_OK);
+  ASSERT_LT(fs::file_size(bomb), 1u << 17);
+  constexpr std::size_t kCap = 1 << 20;
+  const std::string e = error_of<attn::FormatError>([&] { read_lines(bomb, kCap); });
+  EXPECT_NE(e.find("bomb.gz' holds more than 1048576 bytes of text (the limit of one text file"),
+            std::string::npos)
+      << e;
+  ReadParallelOptions capped;
+  capped.max_bytes = kCap;
+  const std::string p = error_of<attn::FormatError>([&] { read_parallel(bomb, bomb, capped); });
+  EXPECT_NE(p.find("more than 1048576 bytes"), std::string::npos) << p;
+  // Text of exactly the cap is read; the default cap is the documented 1 GiB.
+  write_lines((dir / "fits.gz").string(), {std::string(kCap - 1, 'b')});
+  EXPECT_EQ(read_lines((dir / "fits.gz").string(), kCap).at(0).size(), kCap - 1);
+  EXPECT_THROW(read_lines((dir / "fits.gz").string(), kCap - 1), attn::FormatError);
+  EXPECT_EQ(kMaxTextFileBytes, std::size_t{1} << 30);
+}
+
 // A write that fails part-way (here: the file size limit, as a full disk would) leaves the old
 // file as it was and no temporary file behind; the failure is an IOError naming the path.
 TEST(CorpusIo, FailedWriteKeepsTheOldFile) {

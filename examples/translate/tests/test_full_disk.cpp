@@ -1,0 +1,167 @@
+// Full disk (issue 10): the files attn-translate writes besides checkpoints and models (those are
+// in tests/test_checkpoint.cpp and tests/test_training.cpp), each written while the file size
+// limit (RLIMIT_FSIZE, with SIGXFSZ ignored, so write() fails with EFBIG as it fails with ENOSPC
+// on a full disk) is below the size of the new file. Each must fail with an error naming the
+// file, leave the old file byte for byte as it was, and leave no temporary file beside it.
+#include <gtest/gtest.h>
+
+#include <sys/resource.h>
+
+#include <csignal>
+#include <filesystem>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <attn/error.hpp>
+
+#include "bpe.hpp"
+#include "train_report.hpp"
+#include "translate_fixture.hpp"
+#include "translator.hpp"
+
+namespace tr = attn::translate;
+namespace fs = std::filesystem;
+using namespace attn::translate::testing;
+
+namespace {
+
+/// Lowers this process's soft file size limit to `bytes` and ignores SIGXFSZ until destroyed;
+/// child processes (std::system) inherit both.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    EXPECT_EQ(::getrlimit(RLIMIT_FSIZE, &saved_), 0);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit lowered = saved_;
+    lowered.rlim_cur = bytes;
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &lowered), 0);
+  }
+  ~FileSizeLimit() {
+    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &saved_), 0);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit saved_{};
+  void (*old_handler_)(int) = SIG_DFL;
+};
+
+std::set<std::string> listing(const fs::path& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+/// Runs `write` (which replaces `path`) under a file size limit of `limit` bytes and returns the
+/// message of the IOError it must throw; checks that `path` and its directory are as before, and
+/// that the same write without the limit does replace `path` with more than `limit` bytes (so the
+/// limit was what stopped it).
+std::string full_disk_error(const std::string& path, rlim_t limit,
+                            const std::function<void()>& write) {
+  const std::string before = read_file(path);
+  EXPECT_FALSE(before.empty()) << path;
+  const fs::path dir = fs::path(path).parent_path();
+  const std::set<std::string> names = listing(dir);
+  std::string message = "(no IOError)";
+  {
+    FileSizeLimit full(limit);
+    try {
+      write();
+    } catch (const attn::IOError& e) {
+      message = e.what();
+    }
+  }
+  EXPECT_EQ(read_file(path), before) << path << " changed by a failed write";
+  EXPECT_EQ(listing(dir), names) << "a failed write left a file behind in " << dir;
+  write();
+  const std::string after = read_file(path);
+  EXPECT_NE(after, before) << "the write does not change " << path;
+  EXPECT_GT(after.size(), limit) << "the new " << path << " fits under the limit";
+  return message;
+}
+
+class FullDisk : public TempDirTest {
+ protected:
+  static void SetUpTestSuite() {
+    suite_dir_ = fs::temp_directory_path() / (temp_prefix() + "full_disk_model");
+    fs::remove_all(suite_dir_);
+    tr::TrainOptions o = tiny_options(model_dir());
+    tr::Trainer t(o, split());
+    t.train(2);
+    t.finish();
+  }
+  static void TearDownTestSuite() { fs::remove_all(suite_dir_); }
+  static std::string model_dir() { return (suite_dir_ / "model").string(); }
+  static inline fs::path suite_dir_;
+};
+
+TEST_F(FullDisk, ANewVocabularyKeepsTheOldSpmModelAndVocabTxt) {
+  // SubwordVocab::train writes spm.model (kilobytes), then vocab.txt (tens of bytes): any limit
+  // stops spm.model first, so a full disk must leave the old pair, which still loads together.
+  const std::string d = dir("vocab");
+  const tr::CorpusSplit data = split();
+  std::vector<std::string> text = data.train.src;
+  text.insert(text.end(), data.train.tgt.begin(), data.train.tgt.end());
+  tr::BpeTrainOptions first, second;
+  first.vocab_size = 50;
+  second.vocab_size = 60;
+  first.num_threads = second.num_threads = 1;
+  tr::SubwordVocab::train(text, d, first);
+  const std::string vocab_txt = read_file(d + "/vocab.txt");
+  const std::string m =
+      full_disk_error(d + "/spm.model", 256, [&] { tr::SubwordVocab::train(text, d, second); });
+  EXPECT_TRUE(contains(m, "cannot write " + d + "/spm.model (via ")) << m;
+  EXPECT_TRUE(contains(m, "File too large")) << m;
+  // full_disk_error ends with the successful write: the new pair replaced the old one.
+  EXPECT_NE(read_file(d + "/vocab.txt"), vocab_txt);
+  EXPECT_EQ(tr::SubwordVocab::load(d).size(), 60);
+}
+
+TEST_F(FullDisk, CurvesSvgKeepsTheOldPlot) {
+  const std::string path = dir("curves.svg");
+  tr::write_curves_svg(path, {{10, 5.0, 5.5, 0.5}});
+  const std::vector<tr::CurvePoint> longer = {
+      {10, 5.0, 5.5, 0.5}, {20, 4.0, 4.5, 1.5}, {30, 3.0, 3.5, 2.5}, {40, 2.5, 3.0, 4.0}};
+  const std::string m = full_disk_error(path, 512, [&] { tr::write_curves_svg(path, longer); });
+  EXPECT_TRUE(contains(m, "cannot write " + path + " (via ")) << m;
+  EXPECT_TRUE(contains(m, "File too large")) << m;
+}
+
+TEST_F(FullDisk, AttentionSvgKeepsTheOldPlot) {
+  const std::string path = dir("attention.svg");
+  tr::Translator translator(model_dir());
+  auto plot = [&](const std::string& sentence) {
+    tr::write_attention_svg(path, translator.model(), translator.vocab(),
+                            {translator.vocab().encode(sentence)}, {sentence});
+  };
+  plot("the cat");
+  const std::string m = full_disk_error(path, 512, [&] { plot("the big red dog sleeps"); });
+  EXPECT_TRUE(contains(m, "cannot write " + path + " (via ")) << m;
+  EXPECT_TRUE(contains(m, "File too large")) << m;
+}
+
+TEST_F(FullDisk, TranslateOutputKeepsTheOldFile) {
+  // The CLI as a user runs it: exit 1, one error line naming the file, the old results kept.
+  const std::string out = dir("out.txt"), in = dir("in.txt");
+  write_file(out, "previous results\n");
+  std::string lines;
+  for (int i = 0; i < 1200; ++i) lines += "the red cat\n";  // at least 1200 bytes of output
+  write_file(in, lines);
+  const std::string args = "translate --threads 1 --greedy --model-dir " + model_dir() +
+                           " --input " + in + " --output " + out;
+  for (const char* capture : {"cli.stdout", "cli.stderr"}) write_file(dir(capture), "");
+  CliResult failed;
+  const std::string m = full_disk_error(out, 1024, [&] {
+    const CliResult r = run_cli(args, root_.string());
+    if (failed.exit_code == -1) failed = r;  // the run under the limit
+    if (r.exit_code != 0) throw attn::IOError(r.err);
+  });
+  expect_cli_error(failed, {"cannot write " + out + " (via " + out + ".tmp.", "File too large"});
+  EXPECT_TRUE(contains(m, "cannot write " + out)) << m;
+}
+
+}  // namespace
