@@ -152,9 +152,10 @@ TEST_F(Gemm, FewRowProductsMatchTheDefinitionAndAreBitwiseEqualOnOneAndTwoThread
       }
 }
 
-// Inside a ConstantWeightsScope (decoding), a weight operand is packed on first use and its packed
-// copy reused: the same bits as without the scope, one cached copy per distinct weight view, all
-// freed at the end of the outermost scope; products not marked constant are never cached.
+// Inside a ConstantWeightsScope (decoding), a weight operand met a second time gets a packed copy
+// that later products reuse: the same bits as without the scope, one copy per distinct weight view,
+// none for a weight met once, all freed at the end of the outermost scope; products not marked
+// constant are never cached.
 TEST_F(Gemm, ConstantWeightsArePackedOncePerScopeWithTheSameResults) {
   if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
   kernels::set_gemm_path(kernels::GemmPath::avx512);
@@ -163,31 +164,39 @@ TEST_F(Gemm, ConstantWeightsArePackedOncePerScopeWithTheSameResults) {
   const auto x = random_matrix<float>(M, K, 21), w = random_matrix<float>(N, K, 22);
   const auto bias = random_matrix<float>(1, N, 23);
   const kernels::Epilogue<float> epi{bias.data(), false};
-  RowMatrix<float> plain(M, N), first(M, N), again(M, N), top(M / 2, N);
+  RowMatrix<float> plain(M, N), first(M, N), second(M, N), third(M, N), top(M / 2, N);
   kernels::gemm(plain, x, w.transpose(), false, epi, /*constant_b=*/true);
   auto& cache = kernels::detail::weight_cache();
+  const auto copies = [&] {
+    std::size_t n = 0;
+    for (const auto& e : cache.entries) n += e.packed != nullptr;
+    return n;
+  };
   EXPECT_EQ(cache.entries.size(), 0u) << "no scope open: nothing is kept";
   {
     kernels::ConstantWeightsScope outer;
     kernels::gemm(first, x, w.transpose(), false, epi, true);
-    ASSERT_EQ(cache.entries.size(), 1u);
+    EXPECT_EQ(copies(), 0u) << "a weight met once is not copied";
+    kernels::gemm(second, x, w.transpose(), false, epi, true);  // packs the copy
+    ASSERT_EQ(copies(), 1u);
     {
       kernels::ConstantWeightsScope inner;
-      kernels::gemm(again, x, w.transpose(), false, epi, true);  // from the cached copy
+      kernels::gemm(third, x, w.transpose(), false, epi, true);  // from the copy
       kernels::gemm(top, x.topRows(M / 2), w.transpose(), false, epi, true);
     }
-    EXPECT_EQ(cache.entries.size(), 1u) << "the inner scope's end frees nothing";
+    EXPECT_EQ(copies(), 1u) << "the inner scope's end frees nothing";
     RowMatrix<float> other(M, N), part(M, 100);
+    kernels::gemm(other, x, w.transpose(), false, epi, /*constant_b=*/false);
     kernels::gemm(other, x, w.transpose(), false, epi, /*constant_b=*/false);
     EXPECT_EQ(cache.entries.size(), 1u) << "a product not marked constant is not cached";
     EXPECT_TRUE((other.array() == plain.array()).all());
-    kernels::gemm(part, x, w.topRows(100).transpose(), false, epi, true);
-    EXPECT_EQ(cache.entries.size(), 2u) << "another view of the weight is another copy";
+    for (int use = 0; use < 3; ++use)
+      kernels::gemm(part, x, w.topRows(100).transpose(), false, epi, true);
+    EXPECT_EQ(copies(), 2u) << "another view of the weight is another copy";
     EXPECT_TRUE((part.array() == plain.leftCols(100).array()).all());
   }
   EXPECT_EQ(cache.entries.size(), 0u);
-  EXPECT_TRUE((first.array() == plain.array()).all());
-  EXPECT_TRUE((again.array() == plain.array()).all());
+  for (const auto* r : {&first, &second, &third}) EXPECT_TRUE((r->array() == plain.array()).all());
   EXPECT_TRUE((top.array() == plain.topRows(M / 2).array()).all());
 }
 
