@@ -125,7 +125,7 @@ TEST_F(Gemm, PackedKernelMatchesTheDefinitionOnOddShapesAndEveryLayout) {
 }
 
 // Few-row products (decoding) stream B instead of packing it, split by columns over threads; x W^T
-// goes in blocks of 4 rows, the last 1-3 rows in a block of their own (M = 1, 2, 6, 7, 13, 15).
+// goes in blocks of 4 rows, the last 1-3 rows one at a time (M = 1, 2, 6, 7, 13, 15).
 TEST_F(Gemm, FewRowProductsMatchTheDefinitionAndAreBitwiseEqualOnOneAndTwoThreads) {
   if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
   kernels::set_gemm_path(kernels::GemmPath::avx512);

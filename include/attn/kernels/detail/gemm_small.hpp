@@ -98,31 +98,51 @@ ATTN_TARGET_AVX512 void small_rows_dot_block(const StridedMatrix<const float>& a
     }
 }
 
+/// Rows [i0, c.rows) x columns [j0, j1) of C one element at a time (the 1-3 rows left over by the
+/// blocks of 4, and all of a 1-row product, where it streams each weight row once and measured
+/// faster than a block): a dot product of a row of A with a row of W, 32 lanes of k at a time in
+/// two accumulators, then reduced.
+ATTN_TARGET_AVX512 inline void small_rows_dot_single(const StridedMatrix<const float>& a,
+                                                     const StridedMatrix<const float>& b,
+                                                     StridedMatrix<float> c, Index i0, Index j0,
+                                                     Index j1, bool accumulate,
+                                                     const GemmEpilogue& epi) {
+  const Index K = a.cols;
+  for (Index j = j0; j < j1; ++j) {
+    const float* wj = &b(0, j);  // column j of B, contiguous over k
+    for (Index i = i0; i < c.rows; ++i) {
+      const float* ai = &a(i, 0);
+      __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+      Index k = 0;
+      for (; k + 32 <= K; k += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(ai + k), _mm512_loadu_ps(wj + k), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(ai + k + 16), _mm512_loadu_ps(wj + k + 16), acc1);
+      }
+      for (; k < K; k += 16) {
+        const __mmask16 m = lane_mask(K - k);
+        acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, ai + k), _mm512_maskz_loadu_ps(m, wj + k),
+                               acc0);
+      }
+      const float sum = lane_sum(_mm512_add_ps(acc0, acc1));
+      c(i, j) = finish(accumulate ? c(i, j) : 0.0f, sum, epi, j);
+    }
+  }
+}
+
 /// Columns [j0, j1) of C when B's columns are contiguous (x W^T, the Linear forward): blocks of 4
-/// rows (the last 1-3 rows in a block of their own) by 4 columns of dot products
-/// (small_rows_dot_block), each column of B read once per 4 rows.
+/// rows by 4 columns of dot products (small_rows_dot_block), each column of B read once per 4 rows;
+/// the rows left over go one at a time (small_rows_dot_single).
 ATTN_TARGET_AVX512 inline void small_rows_dot(const StridedMatrix<const float>& a,
                                               const StridedMatrix<const float>& b,
                                               StridedMatrix<float> c, Index j0, Index j1,
                                               bool accumulate, const GemmEpilogue& epi) {
-  for (Index j = j0; j < j1; j += 4) {
+  const Index blocked = c.rows / 4 * 4;
+  for (Index j = j0; j < j1 && blocked > 0; j += 4) {
     const int nc = static_cast<int>(std::min<Index>(4, j1 - j));
-    Index i = 0;
-    for (; i + 4 <= c.rows; i += 4) small_rows_dot_block<4>(a, b, c, i, j, nc, accumulate, epi);
-    switch (c.rows - i) {
-      case 3:
-        small_rows_dot_block<3>(a, b, c, i, j, nc, accumulate, epi);
-        break;
-      case 2:
-        small_rows_dot_block<2>(a, b, c, i, j, nc, accumulate, epi);
-        break;
-      case 1:
-        small_rows_dot_block<1>(a, b, c, i, j, nc, accumulate, epi);
-        break;
-      default:
-        break;
-    }
+    for (Index i = 0; i < blocked; i += 4)
+      small_rows_dot_block<4>(a, b, c, i, j, nc, accumulate, epi);
   }
+  if (blocked < c.rows) small_rows_dot_single(a, b, c, blocked, j0, j1, accumulate, epi);
 }
 
 /// c (=, or +=) a b, then the epilogue, for a few rows; false when the layout does not suit
