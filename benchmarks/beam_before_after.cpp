@@ -12,7 +12,8 @@
 #include <cstdlib>
 #include <vector>
 int main(int argc, char** argv) {
-  const attn::Index B = std::atol(argv[1]);
+  const attn::Index B = argc > 1 ? std::atol(argv[1]) : 1;  // batch (sources)
+  if (B < 1) return 2;
   attn::set_num_threads(2);
   attn::Transformer<float> model(attn::TransformerConfig::base(8000));
   attn::Tensor<attn::TokenId> src({B, 30});
