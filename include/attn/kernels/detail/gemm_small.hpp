@@ -59,16 +59,16 @@ ATTN_TARGET_AVX512 inline float lane_sum(__m512 v) {
   return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
 }
 
-/// Rows [i, i + kR) x columns [j, j + nc) of C (nc <= 4) when B's columns and A's rows are
-/// contiguous: kR x 4 dot products at once, 16 lanes of k at a time (one accumulator each, k
+/// Rows [i, i + 4) x columns [j, j + nc) of C (nc <= 4) when B's columns and A's rows are
+/// contiguous: 4 x 4 dot products at once, 16 lanes of k at a time (one accumulator each, k
 /// ascending), then each reduced by lane_sum. Past the last column, columns repeat the last valid
 /// one and are not stored, so every element is computed the same way wherever it sits.
-template <int kR>
-ATTN_TARGET_AVX512 void small_rows_dot_block(const StridedMatrix<const float>& a,
-                                             const StridedMatrix<const float>& b,
-                                             StridedMatrix<float> c, Index i, Index j, int nc,
-                                             bool accumulate, const GemmEpilogue& epi) {
-  constexpr int kC = 4, nr = kR;
+ATTN_TARGET_AVX512 inline void small_rows_dot_block(const StridedMatrix<const float>& a,
+                                                    const StridedMatrix<const float>& b,
+                                                    StridedMatrix<float> c, Index i, Index j,
+                                                    int nc, bool accumulate,
+                                                    const GemmEpilogue& epi) {
+  constexpr int kR = 4, kC = 4;
   const Index K = a.cols;
   const float* ar[kR];
   const float* bc[kC];
@@ -91,7 +91,7 @@ ATTN_TARGET_AVX512 void small_rows_dot_block(const StridedMatrix<const float>& a
       for (int q = 0; q < kC; ++q) acc[r][q] = _mm512_fmadd_ps(av, bv[q], acc[r][q]);
     }
   }
-  for (int r = 0; r < nr; ++r)
+  for (int r = 0; r < kR; ++r)
     for (int q = 0; q < nc; ++q) {
       float& out = c(i + r, j + q);
       out = finish(accumulate ? out : 0.0f, lane_sum(acc[r][q]), epi, j + q);
@@ -139,8 +139,7 @@ ATTN_TARGET_AVX512 inline void small_rows_dot(const StridedMatrix<const float>& 
   const Index blocked = c.rows / 4 * 4;
   for (Index j = j0; j < j1 && blocked > 0; j += 4) {
     const int nc = static_cast<int>(std::min<Index>(4, j1 - j));
-    for (Index i = 0; i < blocked; i += 4)
-      small_rows_dot_block<4>(a, b, c, i, j, nc, accumulate, epi);
+    for (Index i = 0; i < blocked; i += 4) small_rows_dot_block(a, b, c, i, j, nc, accumulate, epi);
   }
   if (blocked < c.rows) small_rows_dot_single(a, b, c, blocked, j0, j1, accumulate, epi);
 }
