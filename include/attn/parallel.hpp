@@ -65,15 +65,23 @@ void parallel_for(Index n, Index cost, Index min_work, Body&& body) {
   for (Index i = 0; i < n; ++i) body(i);
 }
 
+/// body(begin, len) over [0, n) cut into chunks of `chunk` elements (the last one shorter), in
+/// parallel as parallel_for decides with cost `chunk` per chunk. The cut depends on n and chunk
+/// only, so elementwise work gives the same bits on any number of threads.
+template <class Body>
+void parallel_for_chunks(Index n, Index chunk, Index min_work, Body&& body) {
+  const Index chunks = (n + chunk - 1) / chunk;
+  parallel_for(chunks, chunk, min_work, [&](Index c) {
+    const Index begin = c * chunk;
+    body(begin, std::min(chunk, n - begin));
+  });
+}
+
 /// p[0, n) = 0, in parallel chunks when n exceeds kParallelMinOptimizer.
 template <class T>
 void parallel_zero(T* p, Index n) {
-  constexpr Index kChunk = 16384;
-  const Index chunks = (n + kChunk - 1) / kChunk;
-  parallel_for(chunks, kChunk, kParallelMinOptimizer, [&](Index c) {
-    const Index begin = c * kChunk;
-    std::fill(p + begin, p + std::min(n, begin + kChunk), T(0));
-  });
+  parallel_for_chunks(n, 16384, kParallelMinOptimizer,
+                      [&](Index begin, Index len) { std::fill(p + begin, p + begin + len, T(0)); });
 }
 
 }  // namespace attn

@@ -21,10 +21,7 @@ void relu_forward(T* y, const T* x, Index n) {
 template <class T>
 void relu_backward(T* dx, const T* dy, const T* y, Index n) {
   using Arr = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-  constexpr Index kChunk = 16384;
-  const Index chunks = (n + kChunk - 1) / kChunk;
-  parallel_for(chunks, kChunk, kParallelMinElementwise, [&](Index c) {
-    const Index b = c * kChunk, len = std::min(kChunk, n - b);
+  parallel_for_chunks(n, 16384, kParallelMinElementwise, [&](Index b, Index len) {
     Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(dx + b, len) =
         (Arr(y + b, len) > T(0)).select(Arr(dy + b, len), T(0));
   });

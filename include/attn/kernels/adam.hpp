@@ -84,9 +84,7 @@ void adam_update(T* x, const T* g, T* m, T* v, Index n, const AdamCoefficients<T
   avx512 = vectorized && std::is_same_v<T, float> && detail::cpu_has_avx512();
 #endif
   (void)vectorized;
-  const Index chunks = (n + detail::kAdamChunk - 1) / detail::kAdamChunk;
-  parallel_for(chunks, detail::kAdamChunk, kParallelMinOptimizer, [&](Index k) {
-    const Index b = k * detail::kAdamChunk, len = std::min(detail::kAdamChunk, n - b);
+  parallel_for_chunks(n, detail::kAdamChunk, kParallelMinOptimizer, [&](Index b, Index len) {
 #if defined(ATTN_HAVE_AVX512)
     if constexpr (std::is_same_v<T, float>) {
       if (avx512) return detail::adam_update_avx512(x + b, g + b, m + b, v + b, len, c);

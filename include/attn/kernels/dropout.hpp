@@ -66,9 +66,7 @@ void dropout_rows(T* c, Index rows, Index cols, Index ld, Index first_row, doubl
 template <class T>
 void apply_dropout_mask(T* out, const T* in, Index n, double p, std::uint64_t key,
                         bool vectorized = true) {
-  const Index chunks = (n + kDropoutChunk - 1) / kDropoutChunk;
-  parallel_for(chunks, kDropoutChunk, kParallelMinElementwise, [&](Index c) {
-    const Index begin = c * kDropoutChunk, len = std::min(kDropoutChunk, n - begin);
+  parallel_for_chunks(n, kDropoutChunk, kParallelMinElementwise, [&](Index begin, Index len) {
     dropout_mask_span(out + begin, in + begin, len, static_cast<std::uint64_t>(begin), key, p,
                       vectorized);
   });

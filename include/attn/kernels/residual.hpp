@@ -38,13 +38,11 @@ void residual_add_span(T* s, const T* x, const T* f, Index n, std::uint64_t firs
 /// chunks. `s` may alias `f`, not `x`.
 template <class T>
 void residual_add(T* s, const T* x, const T* f, Index n, double p, std::uint64_t key) {
-  constexpr Index kChunk = detail::kDropoutChunk;
-  const Index chunks = (n + kChunk - 1) / kChunk;
-  parallel_for(chunks, kChunk, kParallelMinElementwise, [&](Index c) {
-    const Index begin = c * kChunk, len = std::min(kChunk, n - begin);
-    detail::residual_add_span(s + begin, x + begin, f + begin, len,
-                              static_cast<std::uint64_t>(begin), p, key);
-  });
+  parallel_for_chunks(n, detail::kDropoutChunk, kParallelMinElementwise,
+                      [&](Index begin, Index len) {
+                        detail::residual_add_span(s + begin, x + begin, f + begin, len,
+                                                  static_cast<std::uint64_t>(begin), p, key);
+                      });
 }
 
 /// The post-norm connection, one pass per row: s[N, D] = x + dropout(f) (p, key as residual_add),

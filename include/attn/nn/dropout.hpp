@@ -32,14 +32,11 @@ class Dropout : public Module<T> {
 
   /// x [...] -> y [...]. In evaluation mode or with p = 0 the result is a handle to x itself.
   const Tensor<T>& forward(const Tensor<T>& x) {
-    active_ = this->is_training() && p_ > 0.0;
-    shape_ = x.shape();
+    fused_forward(x.shape());  // decides active_ and draws the key, as a fused caller would
     if (!active_) {
       passthrough_ = x;
       return passthrough_;
     }
-    key_ = state_->next_key();
-    shape_ = x.shape();
     y_.resize(x.shape());
     kernels::dropout_forward<T>(y_.data(), x.data(), x.numel(), p_, key_);
     return y_;
