@@ -34,6 +34,16 @@ RowMatrix<double> reference_product(const A& a, const B& b, const float* bias = 
   return c.cast<double>();
 }
 
+// m's elements at every other column of a matrix twice as wide (the others NaN, which a read of
+// them would spread): a view of it with column stride 2 is m with neither stride 1.
+RowMatrix<float> spread_columns(const RowMatrix<float>& m) {
+  RowMatrix<float> wide =
+      RowMatrix<float>::Constant(m.rows(), 2 * m.cols(), std::numeric_limits<float>::quiet_NaN());
+  for (Index i = 0; i < m.rows(); ++i)
+    for (Index k = 0; k < m.cols(); ++k) wide(i, 2 * k) = m(i, k);
+  return wide;
+}
+
 // The paths this machine can run: Eigen always, AVX-512 where the CPU has it.
 std::vector<kernels::GemmPath> available_paths() {
   std::vector<kernels::GemmPath> paths{kernels::GemmPath::eigen};
@@ -61,7 +71,14 @@ TEST_F(Gemm, MatchesTheDefinitionAndIsBitwiseEqualOnOneAndTwoThreadsOnEveryPath)
   for (kernels::GemmPath path : available_paths()) {
     kernels::set_gemm_path(path);
     for (const auto& [M, K, N] : std::vector<std::array<Index, 3>>{
-             {1000, 96, 130}, {257, 512, 64}, {2049, 33, 100}, {4096, 64, 8}, {49, 513, 512}}) {
+             {1000, 96, 130},
+             {257, 512, 64},
+             {2049, 33, 100},
+             {4096, 64, 8},
+             {49, 513, 512},
+             {300, 70, 4141},  // several column blocks of at most kNC = 2048, A packed once
+             {32, 300, 600},   // few rows: the columns are cut too, so that both threads work
+             {20, 257, 2500}}) {
       SCOPED_TRACE(::testing::Message() << name_of(path) << " M=" << M << " K=" << K << " N=" << N);
       const auto a = random_matrix<float>(M, K, 1);
       const auto b = random_matrix<float>(K, N, 2);
@@ -80,7 +97,8 @@ TEST_F(Gemm, MatchesTheDefinitionAndIsBitwiseEqualOnOneAndTwoThreadsOnEveryPath)
 #if defined(ATTN_HAVE_AVX512_GEMM)
 // The packed kernel itself, called directly so that even 1-row products reach it: every edge of
 // the 12 x 32 register tile and of the 256-deep blocks, the three operand layouts of a Linear
-// (x W^T, dy W, dy^T x), accumulation, and the bias + ReLU epilogue.
+// (x W^T, dy W, dy^T x: A read in place by rows or by columns) and a strided A that is packed,
+// accumulation, and the bias + ReLU epilogue.
 TEST_F(Gemm, PackedKernelMatchesTheDefinitionOnOddShapesAndEveryLayout) {
   if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
   using kernels::detail::StridedMatrix;
@@ -92,12 +110,16 @@ TEST_F(Gemm, PackedKernelMatchesTheDefinitionOnOddShapesAndEveryLayout) {
         const auto a = random_matrix<float>(M, K, 3), at_store = random_matrix<float>(K, M, 4);
         const auto b = random_matrix<float>(K, N, 5), bt_store = random_matrix<float>(N, K, 6);
         const auto bias = random_matrix<float>(1, N, 7), start = random_matrix<float>(M, N, 8);
-        for (int layout = 0; layout < 3; ++layout) {
-          // 0: a b, 1: a (b')^T (the forward x W^T), 2: (a')^T b (the weight gradient dy^T x)
+        const RowMatrix<float> a_spread = spread_columns(a);
+        for (int layout = 0; layout < 4; ++layout) {
+          // 0: a b, 1: a (b')^T (the forward x W^T), 2: (a')^T b (the weight gradient dy^T x),
+          // 3: a b with neither a's rows nor its columns contiguous (a is packed, not read in
+          // place)
           const bool ta = layout == 2, tb = layout == 1;
           const StridedMatrix<const float> av =
-              ta ? StridedMatrix<const float>{at_store.data(), M, K, 1, M}
-                 : StridedMatrix<const float>{a.data(), M, K, K, 1};
+              ta            ? StridedMatrix<const float>{at_store.data(), M, K, 1, M}
+              : layout == 3 ? StridedMatrix<const float>{a_spread.data(), M, K, 2 * K, 2}
+                            : StridedMatrix<const float>{a.data(), M, K, K, 1};
           const StridedMatrix<const float> bv =
               tb ? StridedMatrix<const float>{bt_store.data(), K, N, 1, K}
                  : StridedMatrix<const float>{b.data(), K, N, N, 1};
@@ -122,6 +144,37 @@ TEST_F(Gemm, PackedKernelMatchesTheDefinitionOnOddShapesAndEveryLayout) {
           }
         }
       }
+}
+
+// The tasks a product is cut into: column blocks of at most kNC columns outermost, and, for few
+// rows, enough column blocks that every thread has work. Every element of C is in exactly one task.
+TEST_F(Gemm, TasksCoverEveryElementOnceAndGiveEveryThreadWork) {
+  if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  using kernels::detail::GemmTasks;
+  using kernels::detail::kNC;
+  using kernels::detail::kNR;
+  for (const auto& [M, N] : std::vector<std::pair<Index, Index>>{
+           {1, 1}, {16, 512}, {32, 1536}, {32, 8000}, {100, 64}, {2048, 512}, {2048, 8000}})
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "M=" << M << " N=" << N << ", " << threads << " threads");
+      const GemmTasks tasks(M, N, threads);
+      std::vector<int> covered(static_cast<std::size_t>(M * N), 0);
+      for (Index t = 0; t < tasks.count(); ++t) {
+        const auto blk = tasks.block(t);
+        EXPECT_LE((blk.q1 - blk.q0) * kNR, kNC);
+        for (Index i = blk.i0; i < blk.i0 + blk.mc; ++i)
+          for (Index j = blk.q0 * kNR; j < std::min(blk.q1 * kNR, N); ++j)
+            ++covered[static_cast<std::size_t>(i * N + j)];
+      }
+      EXPECT_TRUE(std::all_of(covered.begin(), covered.end(), [](int c) { return c == 1; }));
+      if (threads > 1 && N >= 4 * kNR * threads) {
+        EXPECT_GE(tasks.count(), 4 * threads);
+      }
+      if (N > kNC) {
+        EXPECT_GT(tasks.col_blocks, 1);
+      }
+    }
 }
 
 // Few-row products (decoding) stream B instead of packing it, split by columns over threads; x W^T
@@ -245,7 +298,7 @@ TEST_F(Gemm, DropoutInTheEpilogueIsTheSeparateDropout) {
   const std::uint64_t key = 77;
   for (kernels::GemmPath path : available_paths()) {
     kernels::set_gemm_path(path);
-    for (Index M : {7, 100, 513})
+    for (Index M : {7, 32, 100, 513})
       for (int threads : {1, 2}) {
         SCOPED_TRACE(::testing::Message()
                      << name_of(path) << ", M=" << M << ", " << threads << " threads");

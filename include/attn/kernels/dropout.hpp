@@ -50,15 +50,23 @@ void dropout_mask_span(T* out, const T* in, Index n, std::uint64_t first, std::u
   dropout_mask_scalar(out, in, n, first, key, p, scale);
 }
 
-/// Dropout in place on rows [first_row, first_row + rows) of a [*, cols] matrix whose rows start
-/// `ld` apart: element (r, j) is element r * cols + j of the flat tensor, as if the rows were
+/// Dropout in place on the block of rows [first_row, first_row + rows) and columns [first_col,
+/// first_col + cols) of a [*, width] matrix whose rows start `ld` apart (c points at the block's
+/// first element): element (r, j) is element r * width + j of the flat tensor, as if the rows were
 /// contiguous. On the calling thread.
+template <class T>
+void dropout_block(T* c, Index rows, Index cols, Index ld, Index first_row, Index first_col,
+                   Index width, double p, std::uint64_t key) {
+  for (Index r = 0; r < rows; ++r)
+    dropout_mask_span(c + r * ld, c + r * ld, cols,
+                      static_cast<std::uint64_t>((first_row + r) * width + first_col), key, p);
+}
+
+/// dropout_block over whole rows of a [*, cols] matrix.
 template <class T>
 void dropout_rows(T* c, Index rows, Index cols, Index ld, Index first_row, double p,
                   std::uint64_t key) {
-  for (Index r = 0; r < rows; ++r)
-    dropout_mask_span(c + r * ld, c + r * ld, cols,
-                      static_cast<std::uint64_t>((first_row + r) * cols), key, p);
+  dropout_block(c, rows, cols, ld, first_row, Index(0), cols, p, key);
 }
 
 /// out[i] = uniform_at(key, i) < p ? 0 : in[i] / (1 - p), for i in [0, n), in parallel chunks.

@@ -35,6 +35,7 @@ inline constexpr int kMR = 12;     // rows of the register tile
 inline constexpr int kNR = 32;     // columns of the register tile: two zmm vectors
 inline constexpr Index kKC = 256;  // depth of a packed block; fixed, as it sets the summation order
 inline constexpr Index kMC = 96;   // rows of A per thread's block (8 panels, 96 KiB packed: L2)
+inline constexpr Index kNC = 1024;  // columns of C per task at most (B block kKC x kNC: 1 MiB)
 
 /// What is applied to each element of C after its last block, while the tile is in registers.
 struct GemmEpilogue {
@@ -44,10 +45,23 @@ struct GemmEpilogue {
   std::uint64_t dropout_key = 0;  // ... and key, element (i, j) being element i N + j
 };
 
+/// How the micro-kernel reads its kMR rows of A over the kc steps of k: element (i, k) of the
+/// panel is at data[i * row_step + k * k_step].
+///   packed:  pack_a's panel, row_step 1, k_step kMR;
+///   columns: A's columns contiguous (A = dy^T in a weight gradient), read in place: row_step 1;
+///   rows:    A's rows contiguous (A = x, dy), read in place: k_step 1.
+/// Reading A in place spares packing it, which costs as much as 8% of a step whose products are
+/// only 256 deep; A's rows of one block (96 x 256 floats) stay in L2 either way.
+enum class ALayout { packed, columns, rows };
+struct APanel {
+  const float* data;
+  Index row_step, k_step;
+};
+
 /// c[MR, nc] (nc <= kNR, row stride ldc) = (from_zero ? 0 : c) + a_panel b_panel over kc steps,
-/// then the epilogue when `last`. a: kc x kMR (k-major), b: kc x kNR (k-major, zero beyond nc).
-template <int MR>
-ATTN_TARGET_AVX512 void micro_tile(Index kc, const float* a, const float* b, float* c, Index ldc,
+/// then the epilogue when `last`. a: MR rows as `L` says, b: kc x kNR (k-major, zero beyond nc).
+template <int MR, ALayout L>
+ATTN_TARGET_AVX512 void micro_tile(Index kc, const APanel& a, const float* b, float* c, Index ldc,
                                    Index nc, bool from_zero, bool last, const GemmEpilogue& epi,
                                    Index col0) {
   const __mmask16 m0 = lane_mask(nc), m1 = lane_mask(nc - 16);
@@ -57,16 +71,23 @@ ATTN_TARGET_AVX512 void micro_tile(Index kc, const float* a, const float* b, flo
     acc0[i] = from_zero ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m0, c + i * ldc);
     acc1[i] = from_zero ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
   }
+  // Rows i of A from three pointers (rows 0, 4, 8) at offsets (i % 4) row_step, so that the
+  // twelve addresses need few registers when the rows are in place.
+  const Index rs = L == ALayout::rows ? a.row_step : 1;
+  const Index ks = L == ALayout::packed ? kMR : L == ALayout::columns ? a.k_step : 1;
+  const float* ap[3] = {a.data, MR > 4 ? a.data + 4 * rs : a.data,
+                        MR > 8 ? a.data + 8 * rs : a.data};
 #pragma GCC unroll 2
   for (Index k = 0; k < kc; ++k) {
     const __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 12
     for (int i = 0; i < MR; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[i]);
+      const __m512 ai = _mm512_set1_ps(ap[i / 4][(i % 4) * rs]);
       acc0[i] = _mm512_fmadd_ps(ai, b0, acc0[i]);
       acc1[i] = _mm512_fmadd_ps(ai, b1, acc1[i]);
     }
-    a += kMR;
+#pragma GCC unroll 3
+    for (int q = 0; q < 3; ++q) ap[q] += ks;
     b += kNR;
   }
   if (last && (epi.bias != nullptr || epi.relu)) {
@@ -92,18 +113,23 @@ ATTN_TARGET_AVX512 void micro_tile(Index kc, const float* a, const float* b, flo
   }
 }
 
-/// The micro-kernel for `rows` (1..kMR) rows: one instantiation per edge height.
-ATTN_TARGET_AVX512 inline void micro_tile_rows(int rows, Index kc, const float* a, const float* b,
+/// The micro-kernel for `rows` (1..kMR) rows of A laid out as `L`: one instantiation per edge
+/// height.
+template <ALayout L>
+ATTN_TARGET_AVX512 inline void micro_tile_rows(int rows, Index kc, const APanel& a, const float* b,
                                                float* c, Index ldc, Index nc, bool from_zero,
                                                bool last, const GemmEpilogue& epi, Index col0) {
   switch (rows) {
 #define ATTN_GEMM_ROWS(R) \
   case R:                 \
-    return micro_tile<R>(kc, a, b, c, ldc, nc, from_zero, last, epi, col0);
+    return micro_tile<R, L>(kc, a, b, c, ldc, nc, from_zero, last, epi, col0);
     ATTN_GEMM_ROWS(12)
     ATTN_GEMM_ROWS(11)
-    ATTN_GEMM_ROWS(10) ATTN_GEMM_ROWS(9) ATTN_GEMM_ROWS(8) ATTN_GEMM_ROWS(7) ATTN_GEMM_ROWS(6)
-        ATTN_GEMM_ROWS(5) ATTN_GEMM_ROWS(4) ATTN_GEMM_ROWS(3) ATTN_GEMM_ROWS(2) ATTN_GEMM_ROWS(1)
+    ATTN_GEMM_ROWS(10)
+    ATTN_GEMM_ROWS(9)
+    ATTN_GEMM_ROWS(8)
+    ATTN_GEMM_ROWS(7) ATTN_GEMM_ROWS(6) ATTN_GEMM_ROWS(5) ATTN_GEMM_ROWS(4) ATTN_GEMM_ROWS(3)
+        ATTN_GEMM_ROWS(2) ATTN_GEMM_ROWS(1)
 #undef ATTN_GEMM_ROWS
             default : return;
   }

@@ -47,27 +47,66 @@ struct PackedB {
   }
 };
 
-/// Rows [i0, i0 + mc) of C: for each kKC block, pack that slice of A and sweep every B panel.
-ATTN_TARGET_AVX512 inline void gemm_row_block(const StridedMatrix<const float>& a, const PackedB& b,
-                                              StridedMatrix<float> c, Index i0, Index mc,
-                                              bool accumulate, const GemmEpilogue& epi,
-                                              float* packed_a) {
-  const Index K = a.cols, N = c.cols;
-  for (Index k0 = 0; k0 < K; k0 += kKC) {
-    const Index kc = std::min<Index>(kKC, K - k0);
-    pack_a(a, i0, mc, k0, kc, packed_a);
-    const bool from_zero = k0 == 0 && !accumulate, last = k0 + kc == K;
-    for (Index q = 0; q < b.panels; ++q) {
-      const Index j0 = q * kNR, nc = std::min<Index>(kNR, N - j0);
-      const float* bq = b.panel(k0, kc, q);
-      for (Index p = 0; p < mc; p += kMR)
-        micro_tile_rows(static_cast<int>(std::min<Index>(kMR, mc - p)), kc, packed_a + p * kc, bq,
-                        &c(i0 + p, j0), c.row_stride, nc, from_zero, last, epi, j0);
+/// The block of C a task computes: rows [i0, i0 + mc), B panels [q0, q1) (columns q0 kNR ...).
+struct CBlock {
+  Index i0, mc, q0, q1;
+};
+
+/// How a task reads A: in place when its rows or its columns are contiguous, else packed (see
+/// ALayout in gemm_avx512.hpp).
+inline ALayout a_layout(const StridedMatrix<const float>& a) {
+  return a.col_stride == 1 ? ALayout::rows : a.row_stride == 1 ? ALayout::columns : ALayout::packed;
+}
+
+/// The kMR-row panels of one kKC block of C's block: each A panel (in place or packed) against
+/// each of the block's B panels.
+template <ALayout L>
+ATTN_TARGET_AVX512 void gemm_block_depth(const StridedMatrix<const float>& a, const PackedB& b,
+                                         StridedMatrix<float> c, const CBlock& blk, Index k0,
+                                         Index kc, bool from_zero, bool last,
+                                         const GemmEpilogue& epi, const float* packed_a) {
+  const Index N = c.cols;
+  for (Index q = blk.q0; q < blk.q1; ++q) {
+    const Index j0 = q * kNR, nc = std::min<Index>(kNR, N - j0);
+    const float* bq = b.panel(k0, kc, q);
+    for (Index p = 0; p < blk.mc; p += kMR) {
+      const APanel ap = L == ALayout::packed
+                            ? APanel{packed_a + p * kc, 1, kMR}
+                            : APanel{&a(blk.i0 + p, k0), a.row_stride, a.col_stride};
+      micro_tile_rows<L>(static_cast<int>(std::min<Index>(kMR, blk.mc - p)), kc, ap, bq,
+                         &c(blk.i0 + p, j0), c.row_stride, nc, from_zero, last, epi, j0);
     }
   }
-  // Dropout last, on the finished rows while they are still in cache.
-  if (epi.dropout > 0)
-    dropout_rows(&c(i0, 0), mc, N, c.row_stride, i0, epi.dropout, epi.dropout_key);
+}
+
+/// One block of C: for each kKC block, A's rows (read in place, or packed into `own_a`) against
+/// the block's B panels; then the epilogue's dropout.
+ATTN_TARGET_AVX512 inline void gemm_block(const StridedMatrix<const float>& a, const PackedB& b,
+                                          StridedMatrix<float> c, const CBlock& blk,
+                                          bool accumulate, const GemmEpilogue& epi, float* own_a) {
+  const Index K = a.cols, N = c.cols, i0 = blk.i0, mc = blk.mc;
+  const ALayout layout = a_layout(a);
+  for (Index k0 = 0; k0 < K; k0 += kKC) {
+    const Index kc = std::min<Index>(kKC, K - k0);
+    const bool from_zero = k0 == 0 && !accumulate, last = k0 + kc == K;
+    switch (layout) {
+      case ALayout::rows:
+        gemm_block_depth<ALayout::rows>(a, b, c, blk, k0, kc, from_zero, last, epi, nullptr);
+        break;
+      case ALayout::columns:
+        gemm_block_depth<ALayout::columns>(a, b, c, blk, k0, kc, from_zero, last, epi, nullptr);
+        break;
+      case ALayout::packed:
+        pack_a(a, i0, mc, k0, kc, own_a);
+        gemm_block_depth<ALayout::packed>(a, b, c, blk, k0, kc, from_zero, last, epi, own_a);
+        break;
+    }
+  }
+  // Dropout last, on the finished block while it is still in cache.
+  if (epi.dropout > 0) {
+    const Index j0 = blk.q0 * kNR, cols = std::min<Index>(blk.q1 * kNR, N) - j0;
+    dropout_block(&c(i0, j0), mc, cols, c.row_stride, i0, j0, N, epi.dropout, epi.dropout_key);
+  }
 }
 
 /// How the rows of C are cut into blocks handed out to the threads: kMC rows each, except the last
@@ -92,6 +131,33 @@ struct RowBlocks {
   Index size(Index r) const { return std::min<Index>(r < head ? kMC : kTailRows, rows - start(r)); }
 };
 
+/// The tasks of one product: blocks of rows times blocks of at most kNC columns, column blocks
+/// outermost, so that the threads sweep all rows against one block of B (which stays in cache)
+/// before the next. A product of few rows is also cut by columns, into about kTasksPerThread tasks
+/// per thread, so that every thread has work (one decoding step has one row per sentence).
+struct GemmTasks {
+  static constexpr Index kTasksPerThread = 4;
+  static constexpr Index kMinPanels = 2;  // a task's columns: at least 64
+  RowBlocks rows;
+  Index panels, nc_panels, col_blocks;
+
+  GemmTasks(Index M, Index N, int threads) : rows(M, threads), panels((N + kNR - 1) / kNR) {
+    nc_panels = std::min(panels, kNC / kNR);
+    const Index wanted = threads > 1 ? Index(threads) * kTasksPerThread : 1;
+    if (rows.count * ceil_div(panels, nc_panels) < wanted) {
+      const Index split = ceil_div(wanted, rows.count);
+      nc_panels = std::min(nc_panels, std::max(kMinPanels, ceil_div(panels, split)));
+    }
+    col_blocks = ceil_div(panels, nc_panels);
+  }
+  static Index ceil_div(Index x, Index y) { return (x + y - 1) / y; }
+  Index count() const { return rows.count * col_blocks; }
+  CBlock block(Index t) const {
+    const Index r = t % rows.count, q0 = t / rows.count * nc_panels;
+    return {rows.start(r), rows.size(r), q0, std::min(q0 + nc_panels, panels)};
+  }
+};
+
 /// C = A B with an empty inner dimension: C (or C + 0 when accumulating), then the epilogue.
 inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const GemmEpilogue& epi) {
   for (Index i = 0; i < c.rows; ++i)
@@ -108,52 +174,54 @@ inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const Gemm
 /// c (=, or += when accumulate) a b, then the epilogue; c [M, N] must have unit column stride.
 /// Runs on up to `threads` threads (1 inside a parallel region). `constant_b`: b is a weight, whose
 /// packed form is kept while a ConstantWeightsScope is open (gemm_weight_cache.hpp).
+///
+/// Two phases: the threads pack B together (unless it is cached), meet at one barrier, then take
+/// tasks (blocks of C); A is read in place unless neither its rows nor its columns are contiguous.
 inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const float>& b,
                         StridedMatrix<float> c, bool accumulate, const GemmEpilogue& epi,
                         int threads, bool constant_b = false) {
   const Index M = c.rows, N = c.cols, K = a.cols;
   if (M == 0 || N == 0) return;
   if (K == 0) return gemm_empty_depth(c, accumulate, epi);
-  const Index panels = (N + kNR - 1) / kNR, kblocks = (K + kKC - 1) / kKC;
-  const auto [cached, first_use] =
-      constant_b ? cached_packing(b, K * panels * kNR) : std::pair<float*, bool>{nullptr, false};
-  const PackedB packed{cached != nullptr ? cached : pack_buffer(PackSlot::b, K * panels * kNR),
-                       panels};
-  const auto pack_task = [&](Index t) {
-    const Index k0 = (t / panels) * kKC, q = t % panels, kc = std::min<Index>(kKC, K - k0);
-    pack_b_panel(b, k0, kc, q, const_cast<float*>(packed.panel(k0, kc, q)));
-  };
-  const bool pack = cached == nullptr || first_use;
-  const Index pack_tasks = pack ? kblocks * panels : 0;
 #if defined(_OPENMP)
   if (omp_in_parallel()) threads = 1;
 #endif
-  threads = static_cast<int>(std::min<Index>(threads, (M + kMC - 1) / kMC));
-  const RowBlocks blocks(M, threads);
-  const Index row_blocks = blocks.count;
-  const auto row_task = [&](Index r, float* packed_a) {
-    gemm_row_block(a, packed, c, blocks.start(r), blocks.size(r), accumulate, epi, packed_a);
+  const GemmTasks tasks(M, N, threads);
+  threads = static_cast<int>(std::min<Index>(threads, tasks.count()));
+  const Index panels = tasks.panels, kblocks = (K + kKC - 1) / kKC;
+  const auto [cached, first_use] =
+      constant_b ? cached_packing(b, K * panels * kNR) : std::pair<float*, bool>{nullptr, false};
+  const PackedB packed_b{cached != nullptr ? cached : pack_buffer(PackSlot::b, K * panels * kNR),
+                         panels};
+  const Index pack_tasks = cached == nullptr || first_use ? kblocks * panels : 0;
+  const auto pack_task = [&](Index t) {
+    const Index k0 = (t / panels) * kKC, q = t % panels, kc = std::min<Index>(kKC, K - k0);
+    pack_b_panel(b, k0, kc, q, const_cast<float*>(packed_b.panel(k0, kc, q)));
+  };
+  const bool packs_a = a_layout(a) == ALayout::packed;
+  const Index work_tasks = tasks.count();
+  const auto work_task = [&](Index t, float* own_a) {
+    gemm_block(a, packed_b, c, tasks.block(t), accumulate, epi, own_a);
   };
 #if defined(_OPENMP)
   if (threads > 1) {
     // Dynamic hand-out in both phases: a thread slowed by another process on its core takes
     // fewer tasks instead of holding up the other one (the only wait is the barrier after
-    // packing B, and the end of the region).
+    // packing, and the end of the region).
 #pragma omp parallel num_threads(threads)
     {
 #pragma omp for schedule(dynamic, 4)
       for (Index t = 0; t < pack_tasks; ++t) pack_task(t);
-      float* packed_a = pack_buffer(PackSlot::a, kMC * kKC);
+      float* own_a = packs_a ? pack_buffer(PackSlot::a, kMC * kKC) : nullptr;
 #pragma omp for schedule(dynamic, 1)
-      for (Index r = 0; r < row_blocks; ++r) row_task(r, packed_a);
+      for (Index t = 0; t < work_tasks; ++t) work_task(t, own_a);
     }
     return;
   }
 #endif
-  (void)threads;
   for (Index t = 0; t < pack_tasks; ++t) pack_task(t);
-  float* packed_a = pack_buffer(PackSlot::a, kMC * kKC);
-  for (Index r = 0; r < row_blocks; ++r) row_task(r, packed_a);
+  float* own_a = packs_a ? pack_buffer(PackSlot::a, kMC * kKC) : nullptr;
+  for (Index t = 0; t < work_tasks; ++t) work_task(t, own_a);
 }
 
 }  // namespace attn::kernels::detail
