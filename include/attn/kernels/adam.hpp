@@ -59,7 +59,7 @@ ATTN_TARGET_AVX512 inline void adam_update_avx512(float* x, const float* g, floa
         _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, m + i), b1), _mm512_mul_ps(a1, gi));
     const __m512 vi = _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, v + i), b2),
                                     _mm512_mul_ps(_mm512_mul_ps(a2, gi), gi));
-    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
+    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_maskz_sqrt_ps(0xFFFF, vi), bc2), eps);
     const __m512 xo = _mm512_add_ps(xi, _mm512_div_ps(_mm512_mul_ps(neg_step, mi), denom));
     _mm512_mask_storeu_ps(m + i, k, mi);
     _mm512_mask_storeu_ps(v + i, k, vi);

@@ -19,8 +19,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "attn/kernels/attention_common.hpp"
+#include "attn/kernels/detail/softmax_avx512.hpp"
 #include "attn/kernels/dropout.hpp"
 #include "attn/kernels/gemm.hpp"
 #include "attn/kernels/softmax.hpp"
@@ -51,17 +54,44 @@ using RowArrayMap = Eigen::Map<RowArray<T>>;
 template <class T>
 using ConstRowArrayMap = Eigen::Map<const RowArray<T>>;
 
-/// Everything one thread reuses across the (b, h) pairs it computes in one call.
+/// Everything one thread reuses across the (b, h) pairs it computes: [rows, S] buffers with rows S
+/// apart, kept per thread from call to call and only ever grown, so that a training loop allocates
+/// them in its first step and never again.
 template <class T>
 struct AttentionScratch {
-  AttentionScratch(Index rows, Index S, bool backward, bool dropout)
-      : p(rows, S), dp(backward ? rows : 0, S), pd(backward && dropout ? rows : 0, S), pad(S) {}
-  RowMatrix<T> p;   // [block, S] logits, then probabilities
-  RowMatrix<T> dp;  // [block, S] dO V^T, then dlogits (backward)
-  RowMatrix<T> pd;  // [block, S] dropped probabilities (backward with dropout)
-  RowArray<T> pad;  // [S] key padding bias of the current batch row: 0 or -infinity
+  std::vector<T> p;    // [block, S] logits, then probabilities
+  std::vector<T> dp;   // [block, S] dO V^T, then dlogits (backward)
+  std::vector<T> pd;   // [block, S] dropped probabilities (backward with dropout)
+  std::vector<T> pad;  // [S] key padding bias of the current batch row: 0 or -infinity
+  Index S = 0;
   Index pad_batch = -1;
+
+  /// The buffers for one call: [rows, S] each (dp in backward, pd in backward with dropout).
+  void prepare(Index rows, Index keys, bool backward, bool dropout) {
+    S = keys;
+    pad_batch = -1;
+    grow(p, rows * keys);
+    if (backward) grow(dp, rows * keys);
+    if (backward && dropout) grow(pd, rows * keys);
+    grow(pad, keys);
+  }
+  /// The first nt rows and ns columns of buffer `buf`.
+  Strided<T> block(std::vector<T>& buf, Index nt, Index ns) {
+    return Strided<T>(buf.data(), nt, ns, Eigen::OuterStride<>(S));
+  }
+
+ private:
+  static void grow(std::vector<T>& buf, Index n) {
+    if (static_cast<Index>(buf.size()) < n) buf.resize(static_cast<std::size_t>(n));
+  }
 };
+
+/// The calling thread's scratch.
+template <class T>
+AttentionScratch<T>& thread_scratch() {
+  thread_local AttentionScratch<T> scratch;
+  return scratch;
+}
 
 /// Fills scratch.pad for batch row b, once per b rather than once per row.
 template <class T>
@@ -69,8 +99,9 @@ const T* key_padding_bias(AttentionScratch<T>& scratch, const KeyPaddingMask& ma
   if (mask.empty()) return nullptr;
   if (scratch.pad_batch != b) {
     const std::uint8_t* real = mask.row(b);
-    for (Index s = 0; s < scratch.pad.size(); ++s)
-      scratch.pad[s] = real[s] ? T(0) : -std::numeric_limits<T>::infinity();
+    for (Index s = 0; s < scratch.S; ++s)
+      scratch.pad[static_cast<std::size_t>(s)] =
+          real[s] ? T(0) : -std::numeric_limits<T>::infinity();
     scratch.pad_batch = b;
   }
   return scratch.pad.data();
@@ -90,6 +121,31 @@ void scale_and_mask(T* row, Index n, T scale, const T* additive, const T* pad) {
     r *= scale;
 }
 
+/// In place: row[0, n) <- softmax(scale row + additive + pad); returns the log-sum-exp. The
+/// AVX-512 rows for float (detail/softmax_avx512.hpp), else two Eigen passes.
+template <class T>
+T softmax_masked_row(T* row, Index n, T scale, const T* additive, const T* pad) {
+#if defined(ATTN_HAVE_AVX512)
+  if constexpr (std::is_same_v<T, float>)
+    if (cpu_has_avx512()) return softmax_row_avx512(row, n, scale, additive, pad);
+#endif
+  scale_and_mask(row, n, scale, additive, pad);
+  return softmax_row_forward(row, n);
+}
+
+/// In place: row[0, n) <- exp(scale row + additive + pad - lse), flushed (softmax.hpp): the
+/// probabilities backward recomputes from the saved log-sum-exp.
+template <class T>
+void recompute_probabilities(T* row, Index n, T scale, const T* additive, const T* pad, T lse) {
+#if defined(ATTN_HAVE_AVX512)
+  if constexpr (std::is_same_v<T, float>)
+    if (cpu_has_avx512()) return probabilities_avx512(row, n, scale, additive, pad, lse);
+#endif
+  scale_and_mask(row, n, scale, additive, pad);
+  RowArrayMap<T>(row, n) -= lse;
+  exp_flush_denormals(row, n);
+}
+
 /// Keys [0, n) that query t may see before masking by padding or bias: the causal prefix.
 inline Index visible_keys(bool causal, Index t, Index Tq, Index S) {
   return causal ? t + 1 + (S - Tq) : S;
@@ -107,8 +163,8 @@ void for_each_head(const AttentionShape& shape, const AttentionMask<T>& mask, bo
 #pragma omp parallel if (pairs > 1 && work >= kAttentionParallelMinWork)
 #endif
   {
-    AttentionScratch<T> scratch(std::min(kAttentionQueryBlock, shape.queries), shape.keys, backward,
-                                drop);
+    AttentionScratch<T>& scratch = thread_scratch<T>();
+    scratch.prepare(std::min(kAttentionQueryBlock, shape.queries), shape.keys, backward, drop);
 #if defined(_OPENMP)
 #pragma omp for schedule(static)
 #endif
@@ -153,14 +209,13 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
         detail::ConstStrided<T> vh(v + b * S * ldv + h * K, S, K, Stride(ldv));
         detail::for_each_query_block(Tq, S, mask.causal, [&](Index t0, Index nt, Index ns) {
           detail::ConstStrided<T> qb(q + (b * Tq + t0) * ldq + h * K, nt, K, Stride(ldq));
-          auto pb = scratch.p.topLeftCorner(nt, ns);
+          auto pb = scratch.block(scratch.p, nt, ns);
           gemm(pb, qb, kh.topRows(ns).transpose(), false);
           for (Index i = 0; i < nt; ++i) {
             const Index t = t0 + i;
             const Index n = detail::visible_keys(mask.causal, t, Tq, S);
             T* row = scratch.p.data() + i * S;
-            detail::scale_and_mask(row, n, scale, mask.additive.row(t), pad);
-            lse[bh * Tq + t] = softmax_row_forward(row, n);
+            lse[bh * Tq + t] = detail::softmax_masked_row(row, n, scale, mask.additive.row(t), pad);
             std::fill(row + n, row + ns, T(0));
             if (weights != nullptr) {
               T* w = weights + (bh * Tq + t) * S;
@@ -208,8 +263,8 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
           detail::ConstStrided<T> qb(q + (b * Tq + t0) * ldq + h * K, nt, K, Stride(ldq));
           detail::ConstStrided<T> ob(out + (b * Tq + t0) * ldo + h * K, nt, K, Stride(ldo));
           detail::ConstStrided<T> dob(dout + (b * Tq + t0) * lddo + h * K, nt, K, Stride(lddo));
-          auto pb = scratch.p.topLeftCorner(nt, ns);
-          auto dpb = scratch.dp.topLeftCorner(nt, ns);
+          auto pb = scratch.block(scratch.p, nt, ns);
+          auto dpb = scratch.block(scratch.dp, nt, ns);
           gemm(pb, qb, kh.topRows(ns).transpose(), false);
           gemm(dpb, dob, vh.topRows(ns).transpose(), false);
           for (Index i = 0; i < nt; ++i) {
@@ -218,9 +273,8 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
             T* row = scratch.p.data() + i * S;
             // P recomputed from the saved log-sum-exp: exp(-inf - lse) = 0 for blocked keys, and
             // lse = +inf makes a fully blocked row exactly zero.
-            detail::scale_and_mask(row, n, scale, mask.additive.row(t), pad);
-            detail::RowArrayMap<T>(row, n) -= lse[bh * Tq + t];
-            exp_flush_denormals(row, n);
+            detail::recompute_probabilities(row, n, scale, mask.additive.row(t), pad,
+                                            lse[bh * Tq + t]);
             std::fill(row + n, row + ns, T(0));
             if (drop) {  // the forward's mask, on P (into Pd) and on dP
               T* dprow = scratch.dp.data() + i * S;
@@ -232,7 +286,7 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
             }
           }
           if (drop)
-            gemm(dvh.topRows(ns), scratch.pd.topLeftCorner(nt, ns).transpose(), dob, true);
+            gemm(dvh.topRows(ns), scratch.block(scratch.pd, nt, ns).transpose(), dob, true);
           else
             gemm(dvh.topRows(ns), pb.transpose(), dob, true);
           for (Index i = 0; i < nt; ++i) {

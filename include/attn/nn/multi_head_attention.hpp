@@ -183,6 +183,13 @@ class MultiHeadAttention : public Module<T> {
     if (keep_weights_) weights_.resize({B, h_, 1, S});
     const kernels::AttentionShape one{1, h_, 1, S, k_};
     const AttentionMask<T> all;
+    // The sentences in parallel (each call then runs on its thread): one sentence's heads are too
+    // little work to wake a thread team for.
+    [[maybe_unused]] const bool parallel =
+        B > 1 && B * h_ * S * k_ >= kernels::kAttentionParallelMinWork;
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (parallel)
+#endif
     for (Index b = 0; b < B; ++b)
       dispatch_forward(attn_.data() + b * d_, d_, lse_.data() + b * h_,
                        keep_weights_ ? weights_.data() + b * h_ * S : nullptr,

@@ -33,6 +33,25 @@ inline __mmask16 ATTN_TARGET_AVX512 lane_mask(Index lanes) {
                       : __mmask16((1u << lanes) - 1u);
 }
 
+/// The sum of a vector's 16 lanes in a fixed order (GCC 12's _mm512_reduce_add_ps draws a false
+/// -Wmaybe-uninitialized from its undefined-vector operands).
+ATTN_TARGET_AVX512 inline float lane_sum(__m512 v) {
+  const __m256 h = _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, v, 0),
+                                 _mm512_maskz_extractf32x8_ps(0xFF, v, 1));
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+
+/// The largest of a vector's 16 lanes.
+ATTN_TARGET_AVX512 inline float lane_max(__m512 v) {
+  const __m256 h = _mm256_max_ps(_mm512_maskz_extractf32x8_ps(0xFF, v, 0),
+                                 _mm512_maskz_extractf32x8_ps(0xFF, v, 1));
+  __m128 q = _mm_max_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_max_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_max_ss(q, _mm_movehdup_ps(q)));
+}
+
 }  // namespace attn::kernels::detail
 
 #endif  // x86-64 with GCC or clang

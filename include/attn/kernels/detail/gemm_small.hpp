@@ -49,16 +49,6 @@ ATTN_TARGET_AVX512 inline void small_rows_axpy(const StridedMatrix<const float>&
   }
 }
 
-/// The sum of a vector's 16 lanes in a fixed order (GCC 12's _mm512_reduce_add_ps draws a false
-/// -Wmaybe-uninitialized from its undefined-vector operands).
-ATTN_TARGET_AVX512 inline float lane_sum(__m512 v) {
-  const __m256 h = _mm256_add_ps(_mm512_maskz_extractf32x8_ps(0xFF, v, 0),
-                                 _mm512_maskz_extractf32x8_ps(0xFF, v, 1));
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
-}
-
 /// Rows [i, i + 4) x columns [j, j + nc) of C (nc <= 4) when B's columns and A's rows are
 /// contiguous: 4 x 4 dot products at once, 16 lanes of k at a time (one accumulator each, k
 /// ascending), then each reduced by lane_sum. Past the last column, columns repeat the last valid

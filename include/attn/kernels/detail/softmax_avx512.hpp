@@ -1,0 +1,111 @@
+// The rows of attention's softmax in AVX-512, float: each row of scaled, masked logits in three
+// passes over memory instead of seven (scale and mask with the running maximum; exp and the sum;
+// the division), for the short rows of attention (S = 64 in a training batch) where the generic
+// Eigen path (kernels/softmax.hpp) costs more in per-pass overhead than in arithmetic.
+//
+// Same contract as softmax_row_forward: -infinity marks a blocked key and gives exactly 0, a row
+// whose keys are all blocked gives zeros and log-sum-exp +infinity, exp results below the smallest
+// normal float are flushed to 0, and a NaN logit stays NaN. exp16 is within 2 ulp of expf, so
+// results differ from the Eigen path by rounding only (tests/test_attention_kernels.cpp).
+#pragma once
+
+#include "attn/kernels/detail/avx512.hpp"
+
+#if defined(ATTN_HAVE_AVX512)
+
+#include <cmath>
+#include <limits>
+
+namespace attn::kernels::detail {
+
+/// exp of 16 floats: x = n ln2 + r with |r| <= ln2 / 2, exp(r) by Cephes' degree-7 expf
+/// polynomial, times 2^n by vscalefps. Arguments below -104 give 0 or a denormal (flushed by the
+/// callers), above 88.72 about the largest float (softmax passes only x - max <= 0); NaN stays NaN
+/// (max/min return their second operand on NaN).
+ATTN_TARGET_AVX512 inline __m512 exp16(__m512 x) {
+  x = _mm512_maskz_max_ps(0xFFFF, _mm512_set1_ps(-104.0f), x);
+  x = _mm512_maskz_min_ps(0xFFFF, _mm512_set1_ps(88.72283f), x);
+  const __m512 n =
+      _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_maskz_scalef_ps(0xFFFF, p, n);
+}
+
+/// exp16, then 0 for results below the smallest normal float.
+ATTN_TARGET_AVX512 inline __m512 exp16_flushed(__m512 x) {
+  const __m512 e = exp16(x);
+  const __mmask16 tiny =
+      _mm512_cmp_ps_mask(e, _mm512_set1_ps(std::numeric_limits<float>::min()), _CMP_LT_OQ);
+  return _mm512_mask_mov_ps(e, tiny, _mm512_setzero_ps());
+}
+
+/// The masked logits of 16 keys: scale x + additive + pad (the last two optional).
+ATTN_TARGET_AVX512 inline __m512 masked_logits(const float* x, const float* additive,
+                                               const float* pad, Index j, __mmask16 m,
+                                               __m512 scale) {
+  __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), scale);
+  if (additive != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, additive + j));
+  if (pad != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, pad + j));
+  return v;
+}
+
+/// In place: row[0, n) <- softmax(scale row + additive + pad); returns the log-sum-exp of the
+/// masked logits (+infinity, and a zero row, when every key is blocked).
+ATTN_TARGET_AVX512 inline float softmax_row_avx512(float* row, Index n, float scale,
+                                                   const float* additive, const float* pad) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 vmax = _mm512_set1_ps(-kInf);
+  for (Index j = 0; j < n; j += 16) {
+    const __mmask16 m = lane_mask(n - j);
+    const __m512 v = masked_logits(row, additive, pad, j, m, vscale);
+    _mm512_mask_storeu_ps(row + j, m, v);
+    vmax = _mm512_mask_max_ps(vmax, m, vmax, v);
+  }
+  const float mx = lane_max(vmax);
+  if (n == 0 || mx == -kInf) {
+    for (Index j = 0; j < n; ++j) row[j] = 0.0f;
+    return kInf;
+  }
+  const __m512 vm = _mm512_set1_ps(mx);
+  __m512 vsum = _mm512_setzero_ps();
+  for (Index j = 0; j < n; j += 16) {
+    const __mmask16 m = lane_mask(n - j);
+    const __m512 e = exp16_flushed(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j), vm));
+    _mm512_mask_storeu_ps(row + j, m, e);
+    vsum = _mm512_mask_add_ps(vsum, m, vsum, e);
+  }
+  const float sum = lane_sum(vsum);
+  const __m512 inv = _mm512_set1_ps(1.0f / sum);
+  for (Index j = 0; j < n; j += 16) {
+    const __mmask16 m = lane_mask(n - j);
+    _mm512_mask_storeu_ps(row + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv));
+  }
+  return mx + std::log(sum);
+}
+
+/// In place: row[0, n) <- exp(scale row + additive + pad - lse), flushed: backward's recomputed
+/// probabilities (exactly 0 for blocked keys, and for every key of a row whose lse is +infinity).
+ATTN_TARGET_AVX512 inline void probabilities_avx512(float* row, Index n, float scale,
+                                                    const float* additive, const float* pad,
+                                                    float lse) {
+  const __m512 vscale = _mm512_set1_ps(scale), vlse = _mm512_set1_ps(lse);
+  for (Index j = 0; j < n; j += 16) {
+    const __mmask16 m = lane_mask(n - j);
+    const __m512 v = masked_logits(row, additive, pad, j, m, vscale);
+    _mm512_mask_storeu_ps(row + j, m, exp16_flushed(_mm512_sub_ps(v, vlse)));
+  }
+}
+
+}  // namespace attn::kernels::detail
+
+#endif  // ATTN_HAVE_AVX512
