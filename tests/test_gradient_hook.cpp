@@ -98,9 +98,12 @@ TEST_P(GradientHook, StagesRunFromTheOutputDownAndTheSharedEmbeddingComesLast) {
             call_of("encoder.layers.0" + w));
   // The source embedding (shared with the target and the generator unless untied) is last.
   EXPECT_EQ(call_of("src_embed.weight"), calls - 1);
-  if (!c.share_embeddings)  // the target embedding is done before the encoder starts
+  if (!c.share_embeddings) {  // the target embedding is done before the encoder starts
     EXPECT_LT(call_of("tgt_embed.weight"), call_of("encoder.layers.0" + w));
-  if (!c.share_embeddings && !c.tie_output) EXPECT_EQ(call_of("generator.weight"), 0u);
+  }
+  if (!c.share_embeddings && !c.tie_output) {
+    EXPECT_EQ(call_of("generator.weight"), 0u);
+  }
   if (c.norm_first) {
     EXPECT_LT(call_of("decoder.norm.weight"),
               call_of("decoder.layers." + std::to_string(L - 1) + w));

@@ -199,9 +199,13 @@ void expect_overlapped_equals_blocking(std::size_t bucket_bytes, Index passes) {
     const std::size_t stages = overlapped.model.backward_stages().size();
     ASSERT_EQ(started.size(), passes * stages);  // the hook fired in every pass ...
     // ... and counted only in the last, where the sums started before its last stage.
-    if (passes > 1) EXPECT_EQ(started[stages - 1], 0u);
+    if (passes > 1) {
+      EXPECT_EQ(started[stages - 1], 0u);
+    }
     EXPECT_EQ(started.back(), dp.buckets());
-    if (dp.buckets() > 1) EXPECT_GT(started[started.size() - 2], 0u);
+    if (dp.buckets() > 1) {
+      EXPECT_GT(started[started.size() - 2], 0u);
+    }
     dp.finish_overlapped();
     for (std::size_t i = 0; i < a.size(); ++i)
       ASSERT_TRUE(same_bits(a[i].grad, b[i].grad)) << a[i].name << " at step " << k;
