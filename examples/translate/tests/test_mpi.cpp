@@ -63,7 +63,7 @@ class Mpi : public TempDirTest {
 
 // The checkpoint of `step` and the final model of two model directories are the same bytes.
 void expect_same_checkpoints(const std::string& a, const std::string& b, int step) {
-  for (const std::string f :
+  for (const std::string& f :
        {"checkpoint_" + std::to_string(step) + ".safetensors", std::string("model.safetensors")}) {
     const std::string x = read_file(a + "/" + f);
     EXPECT_FALSE(x.empty()) << f;
