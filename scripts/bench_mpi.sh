@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Data-parallel scaling on one machine: 2 ranks x 1 thread (mpirun) against 1 rank x 2 threads
-# (plain attn-translate), training tokens/s of the small and base presets, alternating the two
-# configurations for ROUNDS rounds and reporting the median; then the gradient all-reduce alone
-# (allreduce_mpi). Run it on a quiet machine: other jobs make every figure meaningless.
+# (plain attn-translate), training tokens/s of the small and base presets; the 2-rank runs once
+# with the gradient sums overlapped with backward (the default) and once after it
+# (--no-overlap-allreduce). The configurations alternate for ROUNDS rounds and each reports its
+# median; then the gradient all-reduce alone (allreduce_mpi). Run it on a quiet machine: other
+# jobs make every figure meaningless.
 #
 # Usage: bash scripts/bench_mpi.sh [build dir, default build-bench]
 # Environment (defaults in brackets):
@@ -47,6 +49,9 @@ run() {  # run <preset> <config> <round>: prints tokens/s
               --checkpoint-every 0 --svg 0 --show 0 "${data[@]}")
   if [ "$config" = 2x1 ]; then
     "${mpirun[@]}" -np 2 --bind-to core "$bin" "${args[@]}" --threads 1 >/dev/null 2>"$log"
+  elif [ "$config" = 2x1-after ]; then
+    "${mpirun[@]}" -np 2 --bind-to core "$bin" "${args[@]}" --threads 1 --no-overlap-allreduce \
+      >/dev/null 2>"$log"
   else
     "$bin" "${args[@]}" --threads 2 >/dev/null 2>"$log"
   fi
@@ -54,18 +59,23 @@ run() {  # run <preset> <config> <round>: prints tokens/s
 }
 
 echo "## attn $(git rev-parse --short HEAD), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
-echo "| preset | 1 rank x 2 threads, tok/s | 2 ranks x 1 thread, tok/s | 2x1 / 1x2 | rounds |"
-echo "|---|---|---|---|---|"
+echo "| preset | 1 rank x 2 threads, tok/s | 2 ranks x 1 thread, tok/s | 2x1 / 1x2 |" \
+  "2x1 summing after backward, tok/s | overlapped / after | rounds |"
+echo "|---|---|---|---|---|---|---|"
 for preset in $PRESETS; do
-  one=() two=()
-  for round in $(seq "$ROUNDS"); do  # alternate, so that drift in the machine hits both alike
+  one=() two=() after=()
+  for round in $(seq "$ROUNDS"); do  # alternate, so that drift in the machine hits all alike
     one+=("$(run "$preset" 1x2 "$round")")
     two+=("$(run "$preset" 2x1 "$round")")
+    after+=("$(run "$preset" 2x1-after "$round")")
   done
   m1=$(printf '%s\n' "${one[@]}" | median)
   m2=$(printf '%s\n' "${two[@]}" | median)
+  m3=$(printf '%s\n' "${after[@]}" | median)
   ratio=$(awk -v a="$m2" -v b="$m1" 'BEGIN { printf "%.2f", a / b }')
-  echo "| $preset | $m1 | $m2 | $ratio | 1x2: ${one[*]}; 2x1: ${two[*]} |"
+  overlap=$(awk -v a="$m2" -v b="$m3" 'BEGIN { printf "%.3f", a / b }')
+  echo "| $preset | $m1 | $m2 | $ratio | $m3 | $overlap |" \
+    "1x2: ${one[*]}; 2x1: ${two[*]}; 2x1 after: ${after[*]} |"
 done
 
 echo

@@ -87,6 +87,9 @@ void add_optimisation_flags(CLI::App* train, TrainCommand& c) {
   train->add_flag("--max-tokens-per-rank", c.max_tokens_per_rank,
                   "under mpirun, --max-tokens is one rank's share of a batch, not the whole "
                   "batch (default: off)");
+  train->add_flag("--no-overlap-allreduce", c.no_overlap_all_reduce,
+                  "under mpirun, sum the gradients over the ranks after backward, not during it "
+                  "(the same result; for comparison)");
   train
       ->add_option("--tokens-per-update", t.tokens_per_update,
                    "accumulate batches until this many target tokens (0: one batch)")
@@ -179,7 +182,8 @@ int run_train(TrainCommand& c, int threads, std::shared_ptr<Replicas>& replicas)
   TrainOptions& t = c.options;
   t.threads = threads;
   apply_mix(c.data.mix, c.data.builtin);
-  replicas = join_replicas(t, threads_given(*c.app), c.max_tokens_per_rank);
+  replicas =
+      join_replicas(t, {threads_given(*c.app), c.max_tokens_per_rank, !c.no_overlap_all_reduce});
   BuiltinCorpus corpus = load_train_data(c.data);
   install_stop_handlers();  // Ctrl-C / SIGTERM: checkpoint, then exit 130 / 143
   Trainer trainer(t, std::move(corpus.split), replicas);

@@ -17,6 +17,7 @@ struct TrainCommand {
   TrainOptions options;
   TrainDataFlags data;
   bool max_tokens_per_rank = false;
+  bool no_overlap_all_reduce = false;
   int show = 8;  ///< test translations printed at the end
   CLI::App* app = nullptr;
 };

@@ -96,7 +96,7 @@ namespace {
 // The MPI side: one instance per process, between MPI_Init and MPI_Finalize.
 class MpiReplicas final : public Replicas {
  public:
-  MpiReplicas() {
+  explicit MpiReplicas(bool overlap) : overlap_(overlap) {
     MPI_Init(nullptr, nullptr);
     // MPI_ERRORS_ARE_FATAL would end a rank whose peer died without a word; errors come back as
     // codes instead, and detail::mpi_check turns them into exceptions with MPI's message.
@@ -127,9 +127,11 @@ class MpiReplicas final : public Replicas {
     std::map<std::string, std::string> run = metadata;
     run["run.steps"] = std::to_string(options.steps);  // a rank that stops early hangs the rest
     run["run.minutes"] = std::to_string(options.minutes);
+    run["run.overlap_allreduce"] = overlap_ ? "1" : "0";  // the two forms use different tags
     try {
-      check_same_on_all_ranks(fingerprint(run),
-                              "training options, model configuration, vocabulary or --steps");
+      check_same_on_all_ranks(
+          fingerprint(run),
+          "training options, model configuration, vocabulary, --steps or --no-overlap-allreduce");
       check_same_on_all_ranks(fingerprint(batches), "training batches (the data files)");
       check_same_on_all_ranks(parameter_fingerprint(model.parameters()), "starting parameters");
     } catch (const ConfigError& e) {
@@ -137,6 +139,11 @@ class MpiReplicas final : public Replicas {
     }
     model.random_state().seed = rank_seed(model.random_state().seed, rank_);
     dp_ = std::make_unique<DataParallel<float>>(model.parameters());
+    if (overlap_) dp_->reduce_during_backward(model);
+  }
+
+  void last_batch_of_update() override {
+    if (overlap_) dp_->begin_overlapped();
   }
 
   bool rank0_decides(bool value) override {
@@ -153,13 +160,20 @@ class MpiReplicas final : public Replicas {
   LossStats finish_update(const LossStats& local, const std::string& error,
                           Transformer<float>& model) override {
     ATTN_ASSERT(dp_ != nullptr);
+    if (overlap_) {
+      // This rank's last backward pass did not run to its end (an error, or no rows in its share
+      // of the last batch): its sums start now, so that the other ranks' rings complete. Before
+      // the statistics, which throw on an error: no sum is left in flight.
+      if (!error.empty() || share_.rows() == 0) dp_->start_remaining();
+      dp_->finish_overlapped();
+    }
     LossStats global;
     try {
       global = dp_->all_reduce(local, error);
     } catch (const ReplicaError& e) {
       throw AgreedError(e.what());
     }
-    dp_->all_reduce_gradients();
+    if (!overlap_) dp_->all_reduce_gradients();
     // Rank 0 always has rows (row 0 of every batch), so its dropout counter has advanced once
     // per dropout call of every batch; a rank whose share was empty catches up here.
     std::uint64_t counter = model.random_state().counter;
@@ -178,6 +192,7 @@ class MpiReplicas final : public Replicas {
 
  private:
   int rank_ = 0, size_ = 1;
+  bool overlap_;  // gradient sums during the last backward pass of each update
   std::unique_ptr<DataParallel<float>> dp_;
   Batch share_;
 };
@@ -192,14 +207,13 @@ bool started_by_mpirun() {
 }  // namespace
 #endif
 
-std::shared_ptr<Replicas> join_replicas(TrainOptions& options, bool threads_given,
-                                        bool max_tokens_per_rank) {
+std::shared_ptr<Replicas> join_replicas(TrainOptions& options, const ReplicaOptions& replica) {
 #ifdef ATTN_TRANSLATE_WITH_MPI
   if (started_by_mpirun()) {
-    auto mpi = std::make_shared<MpiReplicas>();
+    auto mpi = std::make_shared<MpiReplicas>(replica.overlap_all_reduce);
     const int local = mpi->local_ranks();
     const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    if (!threads_given) options.threads = std::max(1, cores / local);
+    if (!replica.threads_given) options.threads = std::max(1, cores / local);
     if (mpi->rank() == 0 && options.threads * local > cores)
       std::cerr << "train: " << local << " ranks x " << options.threads << " threads on " << cores
                 << " cores oversubscribe this machine\n";
@@ -207,12 +221,11 @@ std::shared_ptr<Replicas> join_replicas(TrainOptions& options, bool threads_give
       options.quiet = true;
       options.svg = false;
     }
-    if (max_tokens_per_rank) options.max_tokens *= mpi->size();
+    if (replica.max_tokens_per_rank) options.max_tokens *= mpi->size();
     return mpi;
   }
 #endif
-  (void)threads_given;
-  (void)max_tokens_per_rank;  // one process: its share is the whole batch either way
+  (void)replica;  // one process: its share is the whole batch, nothing to sum
   return std::make_shared<Replicas>();
 }
 

@@ -2,7 +2,9 @@
 // of the trainer (ranks) that hold the same model. Every update, each rank reads the same batch
 // (same seed, same order) and trains on its own share of the rows; the ranks then sum their
 // gradients and loss statistics (attn/train/data_parallel.hpp), so the update is the one a
-// single process would make on the whole batch. --max-tokens stays the size of one update; with
+// single process would make on the whole batch. The gradient sums start during the last backward
+// pass of each update, bucket by bucket as backward finishes them (--no-overlap-allreduce: after
+// it); both give the same bits. --max-tokens stays the size of one update; with
 // --max-tokens-per-rank it is one rank's share and an update is N times as large.
 //
 // Who does what:
@@ -61,6 +63,9 @@ class Replicas {
   /// This rank's rows of `full`, trimmed to their own longest sentences; no rows at all when
   /// the batch has fewer rows than ranks. Valid until the next call.
   virtual const Batch& share(const Batch& full) { return full; }
+  /// Called before the share of an update's last batch is taken: its backward pass finishes the
+  /// gradients, so their sums may start during it.
+  virtual void last_batch_of_update() {}
   /// After the backward passes of one update: sums the gradients over the ranks, keeps the
   /// dropout counters in step and returns the global statistics. If `error` is not empty on any
   /// rank, every rank throws AgreedError with the first failing rank's message instead.
@@ -74,12 +79,18 @@ class Replicas {
   virtual bool report_here(const std::exception& /*e*/) { return true; }
 };
 
+/// How a data-parallel job is run; no effect on one process alone.
+struct ReplicaOptions {
+  bool threads_given = false;        ///< --threads was given: keep it
+  bool max_tokens_per_rank = false;  ///< --max-tokens is one rank's share: max_tokens *= N
+  bool overlap_all_reduce = true;    ///< sum gradients during backward, not after it
+};
+
 /// Joins the MPI job when this process was started by mpirun and attn-translate was built with
 /// MPI; one process alone otherwise. Adapts `options` to this rank: ranks > 0 are quiet and write
-/// no SVGs; unless `threads_given`, threads = cores / ranks on this machine (at least 1), so that
-/// ranks x threads do not oversubscribe; with `max_tokens_per_rank`, max_tokens *= N.
-std::shared_ptr<Replicas> join_replicas(TrainOptions& options, bool threads_given,
-                                        bool max_tokens_per_rank);
+/// no SVGs; unless threads_given, threads = cores / ranks on this machine (at least 1), so that
+/// ranks x threads do not oversubscribe; with max_tokens_per_rank, max_tokens *= N.
+std::shared_ptr<Replicas> join_replicas(TrainOptions& options, const ReplicaOptions& replica);
 
 /// The dropout seed of rank `rank`: `seed` itself on rank 0, so that a one-rank run is unchanged.
 std::uint64_t rank_seed(std::uint64_t seed, int rank);

@@ -221,6 +221,7 @@ double Trainer::update() {
   do {
     const Batch& whole = next_batch();
     update_tokens += whole.tgt_tokens;
+    if (update_tokens >= opt_.tokens_per_update) replicas_->last_batch_of_update();
     const Batch& b = replicas_->share(whole);
     if (!error.empty() || b.rows() == 0) continue;
     try {

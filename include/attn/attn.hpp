@@ -19,6 +19,7 @@
 #include "attn/nn/embedding.hpp"
 #include "attn/nn/encoder.hpp"
 #include "attn/nn/feed_forward.hpp"
+#include "attn/nn/gradient_hook.hpp"
 #include "attn/nn/layer_norm.hpp"
 #include "attn/nn/linear.hpp"
 #include "attn/nn/module.hpp"

@@ -1,6 +1,7 @@
 // attn/train/data_parallel.hpp under mpirun (ctest runs it on 2 and on 3 ranks): the ring
-// all-reduce, the gradient all-reduce against one process on the whole batch, loss statistics
-// and the agreement on errors. Every rank runs every test; a failure on any rank fails the job.
+// all-reduce, the gradient all-reduce against one process on the whole batch, the overlapped
+// all-reduce against the blocking one, loss statistics and the agreement on errors. Every rank runs
+// every test; a failure on any rank fails the job.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -9,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "training_task.hpp"
@@ -143,6 +145,163 @@ TEST(DataParallel, BucketsAreFewAndCoverEveryParameterOnce) {
   DataParallel<float> several(params, MPI_COMM_WORLD, o);
   EXPECT_GT(several.buckets(), 1u);
   EXPECT_LT(several.buckets(), params.size());
+}
+
+// One update's forward and backward passes on this rank's share of `passes` batches, summed into
+// the gradients (accumulation); `before_last` runs before the last backward pass.
+template <class T, class F>
+void accumulate(testing::Trainer<T>& t, Index step, Index passes, Index rows_per_rank,
+                F&& before_last) {
+  const int rank = world_rank(), ranks = world_size();
+  t.model.train();
+  t.adam.zero_grad();
+  for (Index p = 0; p < passes; ++p) {
+    const testing::Batch batch = testing::stream_batch(5 + p, step, rows_per_rank * ranks, 23);
+    const testing::Batch mine = share_of(batch, rank, ranks);
+    t.loss.forward_backward(t.model.forward(mine.src, mine.tgt_in), mine.tgt_out, 1.0, step + 1);
+    if (p + 1 == passes) before_last();
+    t.model.backward(t.loss.dlogits());
+  }
+}
+
+template <class T>
+bool same_bits(const Tensor<T>& a, const Tensor<T>& b) {
+  return a.numel() == b.numel() &&
+         std::memcmp(a.data(), b.data(), sizeof(T) * static_cast<std::size_t>(a.numel())) == 0;
+}
+
+// k Adam steps of two replicas of one model on every rank, dropout on: one sums its gradients
+// with all_reduce_gradients() after backward, the other with the overlapped form during the last
+// backward pass of each update. The gradients are the same bits after every step, the
+// parameters after k, and some bucket's sum started before backward had ended.
+template <class T>
+void expect_overlapped_equals_blocking(std::size_t bucket_bytes, Index passes) {
+  const Index steps = 3;
+  const TransformerConfig config = testing::task_config(23, 0.1);
+  testing::Trainer<T> blocking(config), overlapped(config);
+  DataParallelOptions options;
+  options.bucket_bytes = bucket_bytes;
+  DataParallel<T> dp_blocking(blocking.model.parameters(), MPI_COMM_WORLD, options);
+  DataParallel<T> dp(overlapped.model.parameters(), MPI_COMM_WORLD, options);
+  dp.reduce_during_backward(overlapped.model);
+  // The same hook, and a record of how many sums had started at each of its calls.
+  std::vector<std::size_t> started;
+  overlapped.model.set_gradient_hook([&](const std::vector<Index>& ids) {
+    dp.gradients_final(ids);
+    started.push_back(dp.buckets_started());
+  });
+  const auto a = blocking.model.parameters(), b = overlapped.model.parameters();
+  for (Index k = 0; k < steps; ++k) {
+    accumulate(blocking, k, passes, 2, [] {});
+    dp_blocking.all_reduce_gradients();
+    started.clear();
+    accumulate(overlapped, k, passes, 2, [&] { dp.begin_overlapped(); });
+    const std::size_t stages = overlapped.model.backward_stages().size();
+    ASSERT_EQ(started.size(), passes * stages);  // the hook fired in every pass ...
+    // ... and counted only in the last, where the sums started before its last stage.
+    if (passes > 1) {
+      EXPECT_EQ(started[stages - 1], 0u);
+    }
+    EXPECT_EQ(started.back(), dp.buckets());
+    if (dp.buckets() > 1) {
+      EXPECT_GT(started[started.size() - 2], 0u);
+    }
+    dp.finish_overlapped();
+    for (std::size_t i = 0; i < a.size(); ++i)
+      ASSERT_TRUE(same_bits(a[i].grad, b[i].grad)) << a[i].name << " at step " << k;
+    const double lr = noam_lr(k + 1, config.d_model, 2, 1.0);
+    blocking.adam.step(lr);
+    overlapped.adam.step(lr);
+  }
+  const testing::Trainer<T> untrained(config);
+  const auto initial = untrained.model.parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(same_bits(a[i].value, b[i].value)) << a[i].name;
+    EXPECT_FALSE(same_bits(initial[i].value, b[i].value)) << b[i].name << " never moved";
+  }
+  // The gradients were summed: the ranks, which trained on different rows, agree.
+  EXPECT_NO_THROW(check_same_on_all_ranks(parameter_fingerprint(b), "parameters"));
+}
+
+TEST(DataParallelOverlapped, OneBucketGivesTheSameBitsAsTheBlockingSum) {
+  expect_overlapped_equals_blocking<float>(DataParallelOptions{}.bucket_bytes, 1);
+}
+
+TEST(DataParallelOverlapped, ManyBucketsInFlightGiveTheSameBitsFloat) {
+  expect_overlapped_equals_blocking<float>(4096, 1);
+}
+
+TEST(DataParallelOverlapped, ManyBucketsInFlightGiveTheSameBitsDouble) {
+  expect_overlapped_equals_blocking<double>(8192, 1);
+}
+
+TEST(DataParallelOverlapped, OneTensorPerBucketWithAccumulationGivesTheSameBits) {
+  expect_overlapped_equals_blocking<float>(sizeof(float), 2);  // every tensor reduced in place
+}
+
+TEST(DataParallelOverlapped, ARankWithoutBackwardStartsItsSumsAtFinish) {
+  // The last rank has no rows in its share (or failed before backward): its gradients are zero
+  // and it starts every sum at the end, while the others start theirs during backward.
+  const int rank = world_rank(), ranks = world_size();
+  const TransformerConfig config = testing::task_config(23, 0.0);
+  testing::Trainer<float> blocking(config), overlapped(config);
+  DataParallelOptions options;
+  options.bucket_bytes = 4096;
+  DataParallel<float> dp_blocking(blocking.model.parameters(), MPI_COMM_WORLD, options);
+  DataParallel<float> dp(overlapped.model.parameters(), MPI_COMM_WORLD, options);
+  dp.reduce_during_backward(overlapped.model);
+  if (rank + 1 == ranks) {
+    blocking.adam.zero_grad();
+    overlapped.adam.zero_grad();
+    dp.begin_overlapped();
+    dp.start_remaining();
+  } else {
+    accumulate(blocking, 0, 1, 2, [] {});
+    accumulate(overlapped, 0, 1, 2, [&] { dp.begin_overlapped(); });
+  }
+  dp_blocking.all_reduce_gradients();
+  dp.finish_overlapped();
+  const auto a = blocking.model.parameters(), b = overlapped.model.parameters();
+  for (std::size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(same_bits(a[i].grad, b[i].grad)) << a[i].name;
+}
+
+TEST(DataParallelOverlapped, AParameterBackwardNeverReportedIsNamedAtFinish) {
+  testing::Trainer<float> t(testing::task_config(23, 0.0));
+  const auto params = t.model.parameters();
+  DataParallelOptions options;
+  options.bucket_bytes = 4096;
+  DataParallel<float> dp(params, MPI_COMM_WORLD, options);
+  ASSERT_EQ(params[0].name, "src_embed.weight");
+  // A hook that forgets the shared embedding: every other bucket's sum runs, its never starts.
+  std::vector<Index> all_but_first;
+  for (std::size_t i = 1; i < params.size(); ++i) all_but_first.push_back(static_cast<Index>(i));
+  dp.begin_overlapped();
+  dp.gradients_final(all_but_first);
+  try {
+    dp.finish_overlapped();
+    ADD_FAILURE() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "DataParallel::finish_overlapped: backward never reported src_embed.weight final, "
+              "so its sum over the ranks never started (does the model's backward call its "
+              "gradient hook after every stage?)");
+  }
+  // Reported twice is refused at once.
+  dp.begin_overlapped();
+  dp.gradients_final({1});
+  EXPECT_THROW(dp.gradients_final({1}), Error);
+  EXPECT_THROW(dp.gradients_final({static_cast<Index>(params.size())}), Error);
+  // The ranks are in step again: the next overlapped sum completes.
+  dp.start_remaining();
+  EXPECT_NO_THROW(dp.finish_overlapped());
+  EXPECT_THROW(dp.finish_overlapped(), Error);  // no begin_overlapped
+}
+
+TEST(DataParallelOverlapped, AModelWithOtherParametersIsRefused) {
+  testing::Trainer<float> t(testing::task_config(23, 0.0)), other(testing::task_config(23, 0.0));
+  DataParallel<float> dp(t.model.parameters());
+  EXPECT_THROW(dp.reduce_during_backward(other.model), ConfigError);
 }
 
 TEST(DataParallel, LossStatisticsAreSummedOverRanks) {

@@ -1,6 +1,7 @@
 // `mpirun -np 2 attn-translate train` (distributed.hpp): two ranks with half of every batch train
 // the model one process trains on the whole batch, a resumed two-rank run continues bit-exactly,
-// only rank 0 writes, and a failure on one rank stops the job with its message. Built and run
+// summing during backward gives the bits of summing after it (2 and 3 ranks), only rank 0
+// writes, and a failure on one rank stops the job with its message. Built and run
 // only when MPI was found; ATTN_MPIEXEC is "mpiexec --oversubscribe --allow-run-as-root ...".
 #include <gtest/gtest.h>
 
@@ -50,10 +51,34 @@ class Mpi : public TempDirTest {
     r.err = read_file(err);
     return r;
   }
-  CliResult two_ranks(const std::string& args) const {
-    return mpirun("-n 2 " + std::string(ATTN_TRANSLATE_BIN) + " " + args);
+  CliResult two_ranks(const std::string& args) const { return ranks(2, args); }
+  CliResult ranks(int n, const std::string& args) const {
+    return mpirun("-n " + std::to_string(n) + " " + std::string(ATTN_TRANSLATE_BIN) + " " + args);
   }
+  /// n ranks summing the gradients during backward (the default) and after it
+  /// (--no-overlap-allreduce) write the same bytes. Dropout on, and several batches per update
+  /// (--tokens-per-update 300, --max-tokens 128): only the last backward pass of each sums.
+  void expect_overlap_changes_no_bit(int n) const;
 };
+
+// The checkpoint of `step` and the final model of two model directories are the same bytes.
+void expect_same_checkpoints(const std::string& a, const std::string& b, int step) {
+  for (const std::string& f :
+       {"checkpoint_" + std::to_string(step) + ".safetensors", std::string("model.safetensors")}) {
+    const std::string x = read_file(a + "/" + f);
+    EXPECT_FALSE(x.empty()) << f;
+    EXPECT_TRUE(x == read_file(b + "/" + f)) << f;
+  }
+}
+
+void Mpi::expect_overlap_changes_no_bit(int n) const {
+  const std::string during = dir("during"), after = dir("after");
+  CliResult r = ranks(n, "train --model-dir " + during + " --steps 3 " + common(0.1));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = ranks(n, "train --model-dir " + after + " --steps 3 --no-overlap-allreduce " + common(0.1));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_same_checkpoints(during, after, 3);
+}
 
 std::set<std::string> files_in(const std::string& dir) {
   std::set<std::string> names;
@@ -133,6 +158,14 @@ TEST_F(Mpi, ResumeWithTheSameRanksIsBitExact) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(read_file(dir("one") + "/checkpoint_4.safetensors") ==
                read_file(b + "/checkpoint_4.safetensors"));
+}
+
+TEST_F(Mpi, SummingDuringBackwardGivesTheBitsOfSummingAfterItOnTwoRanks) {
+  expect_overlap_changes_no_bit(2);
+}
+
+TEST_F(Mpi, SummingDuringBackwardGivesTheBitsOfSummingAfterItOnThreeRanks) {
+  expect_overlap_changes_no_bit(3);
 }
 
 TEST_F(Mpi, ABadFileOnOneRankStopsEveryRankWithItsMessage) {

@@ -228,10 +228,13 @@ class Decoder : public LayerStack<T, DecoderLayer<T>> {
   }
 
   /// dy [B, T, D] -> dy_in [B, T, D]; dmemory() is the sum of every layer's memory gradient.
-  const Tensor<T>& backward(const Tensor<T>& dy) {
-    const Tensor<T>* d = &this->final_backward(dy);
+  /// Calls finished() after each stage of backward_stages().
+  template <class Finished = detail::NoStageHook>
+  const Tensor<T>& backward(const Tensor<T>& dy, Finished&& finished = {}) {
+    const Tensor<T>* d = &this->final_backward(dy, finished);
     for (auto it = this->layers.rbegin(); it != this->layers.rend(); ++it) {
       d = &(*it)->backward(*d);
+      finished();
       const Tensor<T>& dm = (*it)->dmemory();
       if (it == this->layers.rbegin()) {
         dmemory_.resize(dm.shape());

@@ -110,10 +110,14 @@ class Encoder : public LayerStack<T, EncoderLayer<T>> {
     return this->final_forward(*h);
   }
 
-  /// dmemory [B, S, D] -> dx [B, S, D].
-  const Tensor<T>& backward(const Tensor<T>& dy) {
-    const Tensor<T>* d = &this->final_backward(dy);
-    for (auto it = this->layers.rbegin(); it != this->layers.rend(); ++it) d = &(*it)->backward(*d);
+  /// dmemory [B, S, D] -> dx [B, S, D]. Calls finished() after each stage of backward_stages().
+  template <class Finished = detail::NoStageHook>
+  const Tensor<T>& backward(const Tensor<T>& dy, Finished&& finished = {}) {
+    const Tensor<T>* d = &this->final_backward(dy, finished);
+    for (auto it = this->layers.rbegin(); it != this->layers.rend(); ++it) {
+      d = &(*it)->backward(*d);
+      finished();
+    }
     return *d;
   }
 

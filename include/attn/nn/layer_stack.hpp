@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attn/error.hpp"
+#include "attn/nn/gradient_hook.hpp"
 #include "attn/nn/layer_norm.hpp"
 #include "attn/nn/layer_options.hpp"
 #include "attn/nn/module.hpp"
@@ -24,6 +25,16 @@ class LayerStack : public Module<T> {
   void reset_parameters(Rng& rng) {
     for (auto& layer : layers) layer->reset_parameters(rng);
     if (norm) norm->reset_parameters(rng);
+  }
+
+  /// The stages of backward (gradient_hook.hpp), in the order it runs them: the final norm when
+  /// there is one, then each layer from the last to the first. backward(dy, finished) calls
+  /// finished() after each.
+  std::vector<BackwardStage<T>> backward_stages() const {
+    std::vector<BackwardStage<T>> stages;
+    if (norm) stages.push_back({norm.get()});
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) stages.push_back({it->get()});
+    return stages;
   }
 
   std::vector<std::unique_ptr<Layer>> layers;
@@ -47,7 +58,14 @@ class LayerStack : public Module<T> {
 
   /// The final norm's forward when there is one, else h itself.
   const Tensor<T>& final_forward(const Tensor<T>& h) { return norm ? norm->forward(h) : h; }
-  const Tensor<T>& final_backward(const Tensor<T>& dy) { return norm ? norm->backward(dy) : dy; }
+  /// The final norm's backward when there is one (then finished(): its stage is over), else dy.
+  template <class Finished>
+  const Tensor<T>& final_backward(const Tensor<T>& dy, Finished& finished) {
+    if (!norm) return dy;
+    const Tensor<T>& dh = norm->backward(dy);
+    finished();
+    return dh;
+  }
 
  private:
   LayerOptions options_;

@@ -9,15 +9,20 @@
 // uses. Layer parameters carry torch.nn.Transformer's state_dict names ("encoder.layers.0.
 // self_attn.in_proj_weight", ...). Padding ids (config.pad_id) in the source are never attended;
 // the decoder attends causally and never to target padding.
+//
+// Backward can report the parameters it has finished as it goes (set_gradient_hook,
+// gradient_hook.hpp), so that a data-parallel trainer sums them during the rest of backward.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "attn/mask.hpp"
 #include "attn/nn/decoder.hpp"
 #include "attn/nn/dropout.hpp"
 #include "attn/nn/embedding.hpp"
 #include "attn/nn/encoder.hpp"
+#include "attn/nn/gradient_hook.hpp"
 #include "attn/nn/linear.hpp"
 #include "attn/nn/positional_encoding.hpp"
 #include "attn/nn/transformer_config.hpp"
@@ -116,12 +121,46 @@ class Transformer : public Module<T> {
   }
 
   /// dlogits [B, T, V] -> accumulates every parameter gradient (shared weights get the sum).
+  /// With a gradient hook, calls it after each stage of backward_stages().
   void backward(const Tensor<T>& dlogits) {
+    std::size_t stage = 0;
+    auto finished = [this, &stage] {
+      if (!gradient_hook_) return;
+      ATTN_ASSERT(stage < final_by_stage_.size());
+      gradient_hook_(final_by_stage_[stage++]);
+    };
     const Tensor<T>& dh = generator.backward(dlogits);
-    const Tensor<T>& dy = tgt_dropout.backward(decoder.backward(dh));
+    finished();
+    const Tensor<T>& dy = tgt_dropout.backward(decoder.backward(dh, finished));
     tgt_embed.backward(tgt_pos_ ? tgt_pos_->backward(dy) : tgt_pe_.backward(dy));
-    const Tensor<T>& dx = src_dropout.backward(encoder.backward(decoder.dmemory()));
+    finished();
+    const Tensor<T>& dx = src_dropout.backward(encoder.backward(decoder.dmemory(), finished));
     src_embed.backward(src_pos_ ? src_pos_->backward(dx) : src_pe_.backward(dx));
+    finished();
+    ATTN_ASSERT(!gradient_hook_ || stage == final_by_stage_.size());
+  }
+
+  /// Makes every backward call `hook` after each of its stages with the indices, into
+  /// parameters(), of the parameters that stage finished (gradient_hook.hpp); an empty hook
+  /// turns it off. The stages, in order: the generator; the decoder's final norm (pre-norm) and
+  /// its layers from the last to the first; the target embedding (with its learned positions);
+  /// the encoder's final norm and layers from the last to the first; the source embedding. With
+  /// share_embeddings the one embedding matrix is used by the generator and both embeddings, so
+  /// it is reported last, after the source embedding: it is also the largest tensor.
+  void set_gradient_hook(GradientHook hook) {
+    final_by_stage_ = hook ? final_parameters_by_stage<T>(*this, backward_stages())
+                           : std::vector<std::vector<Index>>{};
+    gradient_hook_ = std::move(hook);
+  }
+
+  /// The modules of each stage of backward, in the order it runs them.
+  std::vector<BackwardStage<T>> backward_stages() const {
+    std::vector<BackwardStage<T>> stages{{&generator}};
+    for (auto& s : decoder.backward_stages()) stages.push_back(std::move(s));
+    stages.push_back({tgt_pos_.get(), &tgt_embed});
+    for (auto& s : encoder.backward_stages()) stages.push_back(std::move(s));
+    stages.push_back({src_pos_.get(), &src_embed});
+    return stages;
   }
 
   /// Incremental decoding (eval mode): logits [B, 1, V] of the next token after `tokens` [B, 1]
@@ -162,8 +201,10 @@ class Transformer : public Module<T> {
   Dropout<T> src_dropout;  // on embedding + position sums
   Dropout<T> tgt_dropout;
   std::shared_ptr<RandomState> random_state_;
-  KeyPaddingMask src_padding_;  // [B, S] of the last encode()
-  KeyPaddingMask tgt_padding_;  // [B, T] of the last decode()
+  KeyPaddingMask src_padding_;                      // [B, S] of the last encode()
+  KeyPaddingMask tgt_padding_;                      // [B, T] of the last decode()
+  GradientHook gradient_hook_;                      // empty unless set_gradient_hook
+  std::vector<std::vector<Index>> final_by_stage_;  // [stage] parameters() indices it finishes
 };
 
 }  // namespace attn

@@ -4,30 +4,30 @@
 //
 // This header needs MPI (link attn::mpi); the rest of attn needs only Eigen.
 //
-// Reduction order. MPI_Allreduce leaves the order of the floating-point additions to the
-// implementation (Open MPI's tuned component picks an algorithm from the message size and the
-// number of ranks), and some algorithms can even leave different bits on different ranks. Both
-// would make runs irreproducible and let replicas drift apart. ring_all_reduce() below therefore
-// runs the ring algorithm itself over MPI_Sendrecv: chunk c of the buffer is summed in the fixed
-// order g_c + g_{c+1} + ... + g_{c-1} (ranks mod N), and the finished chunks are then copied
-// around the ring. So the result depends only on N, is the same from run to run, and is the same
-// bits on every rank. It sends 2 (N - 1) / N of the buffer per rank, as MPI's own ring does. For
-// N = 2 the sum is g_0 + g_1 on every chunk (addition commutes exactly in IEEE arithmetic).
+// Reduction order. Every sum is a ring all-reduce of our own (ring_all_reduce.hpp) whose additions
+// run in a fixed order: the result depends only on the number of ranks N, is the same from run to
+// run, and is the same bits on every rank, which MPI_Allreduce does not promise.
 //
 // Buckets. Gradients are packed into buckets of about DataParallelOptions::bucket_bytes, in the
 // reverse of registration order (the order backward finishes them), and each bucket is one ring
 // all-reduce: a few large messages instead of one per tensor. A tensor larger than a bucket is
 // reduced in place without packing. Module::parameters() lists a tied weight once, so it is
-// reduced once. Buffers are allocated at construction (statistics: at the first step); later
-// steps allocate nothing.
+// reduced once. Buffers are allocated at construction (statistics and the overlapped sums: at the
+// first step); later steps allocate nothing.
 //
-// Overlap with backward. The reduction runs after backward, not during it. On one machine the
-// ranks talk through shared memory at memory speed (GB/s): the 'small' model's 30 MB of float
-// gradients should take some 10 ms against its ~0.7 s step (an estimate; scripts/bench_mpi.sh
-// measures it). Starting buckets during backward would need hooks inside Transformer::backward,
-// and the largest tensor (the shared embedding) is finished last. Across machines it would pay:
-// base's 252 MB take 0.2-0.4 s at 10 Gbit/s against a ~3.5 s step (README, "Training on several
-// machines").
+// Overlap with backward. all_reduce_gradients() sums every bucket after backward. The overlapped
+// form (begin_overlapped, finish_overlapped) starts each bucket's sum during the last backward
+// pass of an update, as soon as backward reports all of its members final (a gradient hook,
+// nn/gradient_hook.hpp; reduce_during_backward() installs it on a Transformer). Each ring step is
+// an MPI_Isend/MPI_Irecv pair, moved on with MPI_Test at every hook call (after each layer), so
+// the sums of the top layers travel while the lower layers compute; finish_overlapped() waits for
+// the rest. It runs the same buckets, steps, chunks and additions as the blocking form, so the
+// gradients are the same bits. What it cannot hide: the shared (tied) embedding is used by the
+// generator, the target and the source embedding, so backward finishes it last, and it is the
+// largest tensor (base: 76 MB of 252 MB); its sum starts only when backward has ended. Small
+// models (the 'small' preset: 30 MB) fit one 32 MB bucket, which holds the embedding too, and so
+// gain nothing. Each in-flight bucket needs its own buffers: the overlapped form holds a second
+// copy of the packed gradients (all but the tensors larger than a bucket) and 1/N of scratch.
 #pragma once
 
 #include <mpi.h>
@@ -43,43 +43,9 @@
 #include "attn/error.hpp"
 #include "attn/nn/module.hpp"
 #include "attn/train/label_smoothed_loss.hpp"
+#include "attn/train/ring_all_reduce.hpp"
 
 namespace attn {
-
-namespace detail {
-
-template <class T>
-MPI_Datatype mpi_datatype();
-template <>
-inline MPI_Datatype mpi_datatype<float>() {
-  return MPI_FLOAT;
-}
-template <>
-inline MPI_Datatype mpi_datatype<double>() {
-  return MPI_DOUBLE;
-}
-
-inline void mpi_check(int rc, const char* call) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  ATTN_CHECK(false, Error, call, " failed: ", std::string(text, static_cast<std::size_t>(len)));
-}
-
-inline int comm_rank(MPI_Comm comm) {
-  int r = 0;
-  mpi_check(MPI_Comm_rank(comm, &r), "MPI_Comm_rank");
-  return r;
-}
-
-inline int comm_size(MPI_Comm comm) {
-  int n = 1;
-  mpi_check(MPI_Comm_size(comm, &n), "MPI_Comm_size");
-  return n;
-}
-
-}  // namespace detail
 
 /// Thrown on every rank when one rank reported an error to all_reduce(): the message names the
 /// first failing rank, so each rank stops with the same message instead of waiting for it.
@@ -87,45 +53,6 @@ class ReplicaError : public Error {
  public:
   using Error::Error;
 };
-
-/// The element count of chunk c when n elements are split over N ranks: [n c / N, n (c+1) / N).
-inline Index ring_chunk_begin(Index n, int c, int ranks) { return n * c / ranks; }
-
-/// Sums data[0, n) over the ranks of `comm` in place with a ring (reduce-scatter, then
-/// all-gather), in the fixed order described at the top of this file: the same bits on every
-/// rank and in every run with the same number of ranks. `scratch` must hold n / N + 1 elements.
-/// Every rank must call it with the same n.
-template <class T>
-void ring_all_reduce(T* data, Index n, T* scratch, MPI_Comm comm) {
-  const int ranks = detail::comm_size(comm), rank = detail::comm_rank(comm);
-  if (ranks == 1 || n == 0) return;
-  ATTN_CHECK(n / ranks + 1 <= static_cast<Index>(std::numeric_limits<int>::max()), ConfigError,
-             "ring_all_reduce: ", n, " elements make chunks too large for one MPI message");
-  const MPI_Datatype type = detail::mpi_datatype<T>();
-  const int right = (rank + 1) % ranks, left = (rank + ranks - 1) % ranks;
-  auto mod = [ranks](int c) { return ((c % ranks) + ranks) % ranks; };
-  auto begin = [&](int c) { return ring_chunk_begin(n, c, ranks); };
-  auto count = [&](int c) { return static_cast<int>(begin(c + 1) - begin(c)); };
-  // Reduce-scatter: step s sends the partial sum of chunk rank - s and adds this rank's gradient
-  // to the partial sum of chunk rank - s - 1 that arrives from the left. Chunk c starts at rank
-  // c, so after N - 1 steps rank r holds the finished chunk r + 1.
-  for (int s = 0; s + 1 < ranks; ++s) {
-    const int send = mod(rank - s), recv = mod(rank - s - 1);
-    detail::mpi_check(MPI_Sendrecv(data + begin(send), count(send), type, right, 0, scratch,
-                                   count(recv), type, left, 0, comm, MPI_STATUS_IGNORE),
-                      "MPI_Sendrecv");
-    T* mine = data + begin(recv);
-    for (int i = 0; i < count(recv); ++i) mine[i] = scratch[i] + mine[i];
-  }
-  // All-gather: the finished chunks travel once around the ring, copied, not added.
-  for (int s = 0; s + 1 < ranks; ++s) {
-    const int send = mod(rank + 1 - s), recv = mod(rank - s);
-    detail::mpi_check(
-        MPI_Sendrecv(data + begin(send), count(send), type, right, 1, data + begin(recv),
-                     count(recv), type, left, 1, comm, MPI_STATUS_IGNORE),
-        "MPI_Sendrecv");
-  }
-}
 
 /// Every rank passes its value; throws ConfigError on every rank, naming the first rank whose
 /// value differs from rank 0's and `what` ("training data", "parameters", ...), unless all agree.
@@ -159,6 +86,7 @@ struct DataParallelOptions {
 
 /// Sums gradients and loss statistics over the ranks of a communicator. Every rank constructs
 /// it with the same model (the same parameter list) and calls its members in the same order.
+/// The model's hook (reduce_during_backward) points at this object: it neither copies nor moves.
 template <class T>
 class DataParallel {
  public:
@@ -170,7 +98,13 @@ class DataParallel {
     rank_ = detail::comm_rank(comm_);
     ranks_ = detail::comm_size(comm_);
     plan_buckets(static_cast<Index>(options.bucket_bytes / sizeof(T)));
+    const int tags = detail::max_tag(comm_) - kFirstTag + 1;
+    ATTN_CHECK(buckets_.size() <= static_cast<std::size_t>(tags), ConfigError,
+               "DataParallel: ", buckets_.size(), " buckets need more MPI tags than the ", tags,
+               " this MPI offers; raise bucket_bytes");
   }
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return ranks_; }
@@ -186,19 +120,105 @@ class DataParallel {
         ring_all_reduce(g.data(), g.numel(), scratch_.data(), comm_);
         continue;
       }
-      T* out = packed_.data();
-      for (std::size_t i : b.members) {
-        const Tensor<T>& g = params_[i].grad;
-        out = std::copy(g.data(), g.data() + g.numel(), out);
-      }
+      pack(b, packed_.data());
       ring_all_reduce(packed_.data(), b.elements, scratch_.data(), comm_);
-      const T* in = packed_.data();
-      for (std::size_t i : b.members) {
-        Tensor<T>& g = params_[i].grad;
-        std::copy(in, in + g.numel(), g.data());
-        in += g.numel();
-      }
+      unpack(b, packed_.data());
     }
+  }
+
+  // The overlapped form of all_reduce_gradients(), for the last backward pass of each update:
+  //   dp.reduce_during_backward(model);  // once
+  //   dp.begin_overlapped();             // the next backward pass finishes the gradients
+  //   model.backward(dlogits);           // each bucket's sum starts when its members are final
+  //   dp.finish_overlapped();            // waits for the sums
+  // Earlier backward passes of an update (gradient accumulation) report to nobody: the hook is
+  // ignored outside begin/finish. A rank that runs no backward pass, or not to its end (an empty
+  // share of the batch, an error), calls start_remaining() before finish_overlapped().
+
+  /// Makes `model` (a Transformer, or anything with set_gradient_hook and parameters()) report
+  /// finished gradients here during backward. model.parameters() must be the list this object
+  /// was constructed with (ConfigError otherwise).
+  template <class Model>
+  void reduce_during_backward(Model& model) {
+    const auto listed = model.parameters();
+    bool same = listed.size() == params_.size();
+    for (std::size_t i = 0; same && i < listed.size(); ++i)
+      same = listed[i].grad.data() == params_[i].grad.data();
+    ATTN_CHECK(same, ConfigError, "DataParallel::reduce_during_backward: the model lists ",
+               listed.size(), " parameters, not the ", params_.size(),
+               " this DataParallel was made with");
+    model.set_gradient_hook([this](const std::vector<Index>& ids) { gradients_final(ids); });
+  }
+
+  /// The next gradients_final() calls come from the last backward pass of an update.
+  void begin_overlapped() {
+    ATTN_CHECK(!overlapping_, Error,
+               "DataParallel::begin_overlapped: the previous overlapped sum was not finished");
+    if (flights_.size() != buckets_.size()) allocate_flights();
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      flights_[b].waiting = buckets_[b].members.size();
+      flights_[b].started = flights_[b].reduced = false;
+    }
+    std::fill(final_.begin(), final_.end(), 0);
+    overlapping_ = true;
+  }
+
+  /// The hook: the gradients of params[ids] are final. Starts each bucket whose members are all
+  /// final and moves every sum in flight on without waiting. Ignored outside begin/finish.
+  void gradients_final(const std::vector<Index>& ids) {
+    if (!overlapping_) return;
+    for (Index id : ids) {
+      ATTN_CHECK(id >= 0 && static_cast<std::size_t>(id) < params_.size(), Error,
+                 "DataParallel::gradients_final: parameter index ", id, " outside [0, ",
+                 params_.size(), ")");
+      const auto i = static_cast<std::size_t>(id);
+      ATTN_CHECK(!final_[i], Error, "DataParallel::gradients_final: ", params_[i].name,
+                 " reported final twice in one backward pass");
+      final_[i] = 1;
+      if (--flights_[bucket_of_[i]].waiting == 0) start(bucket_of_[i]);
+    }
+    progress();
+  }
+
+  /// Starts the sum of every bucket not yet started, final or not: for a rank whose backward pass
+  /// did not run to its end, so that the other ranks' rings complete.
+  void start_remaining() {
+    if (!overlapping_) return;
+    for (std::size_t b = 0; b < buckets_.size(); ++b)
+      if (!flights_[b].started) start(b);
+  }
+
+  /// Waits for every sum in flight, so each gradient holds its sum over the ranks. Throws Error,
+  /// on every rank alike, naming the parameters backward never reported final (their buckets'
+  /// sums never started: a stage missing from the model's hook).
+  void finish_overlapped() {
+    ATTN_CHECK(overlapping_, Error, "DataParallel::finish_overlapped: no begin_overlapped");
+    overlapping_ = false;
+    std::string missing;
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      Flight& f = flights_[b];
+      if (!f.started) {
+        for (std::size_t i : buckets_[b].members)
+          if (!final_[i]) missing += (missing.empty() ? "" : ", ") + params_[i].name;
+        continue;
+      }
+      if (f.reduced) continue;
+      f.ring.wait();
+      finish(b);
+    }
+    ATTN_CHECK(missing.empty(), Error, "DataParallel::finish_overlapped: backward never reported ",
+               missing, " final, so ", missing.find(',') == std::string::npos ? "its" : "their",
+               " sum over the ranks never started (does the model's backward call its gradient "
+               "hook after every stage?)");
+  }
+
+  /// Buckets whose sum has started since begin_overlapped(); 0 outside begin/finish (for tests
+  /// and diagnostics).
+  std::size_t buckets_started() const {
+    if (!overlapping_) return 0;
+    std::size_t n = 0;
+    for (const Flight& f : flights_) n += f.started;
+    return n;
   }
 
   /// The sums of every rank's statistics, added in rank order (the same bits on every rank).
@@ -224,14 +244,82 @@ class DataParallel {
   }
 
  private:
+  static constexpr int kFirstTag = 2;  // ring_all_reduce() uses tags 0 and 1
+
   struct Bucket {
     std::vector<std::size_t> members;  // indices into params_
     Index elements = 0;
   };
 
+  // One bucket's overlapped sum.
+  struct Flight {
+    RingInFlight<T> ring;
+    std::vector<T> packed;    // [elements] when the bucket packs several tensors
+    std::vector<T> scratch;   // [elements / N + 1] one incoming chunk
+    std::size_t waiting = 0;  // members not yet final
+    bool started = false, reduced = false;
+  };
+
+  void pack(const Bucket& b, T* out) const {
+    for (std::size_t i : b.members) {
+      const Tensor<T>& g = params_[i].grad;
+      out = std::copy(g.data(), g.data() + g.numel(), out);
+    }
+  }
+
+  void unpack(const Bucket& b, const T* in) {
+    for (std::size_t i : b.members) {
+      Tensor<T>& g = params_[i].grad;
+      std::copy(in, in + g.numel(), g.data());
+      in += g.numel();
+    }
+  }
+
+  void allocate_flights() {
+    flights_ = std::vector<Flight>(buckets_.size());
+    if (ranks_ == 1) return;  // nothing to send
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      const Index n = buckets_[b].elements;
+      if (buckets_[b].members.size() > 1)
+        flights_[b].packed.assign(static_cast<std::size_t>(n), T(0));
+      flights_[b].scratch.assign(static_cast<std::size_t>(n / ranks_ + 1), T(0));
+    }
+  }
+
+  // Bucket b's members are final: its ring starts (one tag per bucket: several run at once).
+  void start(std::size_t b) {
+    Flight& f = flights_[b];
+    f.started = true;
+    if (ranks_ == 1) {
+      f.reduced = true;
+      return;
+    }
+    T* data = f.packed.data();
+    if (buckets_[b].members.size() == 1)
+      data = params_[buckets_[b].members[0]].grad.data();
+    else
+      pack(buckets_[b], data);
+    f.ring.start(data, buckets_[b].elements, f.scratch.data(), comm_,
+                 kFirstTag + static_cast<int>(b));
+  }
+
+  // Every ring in flight takes the steps whose messages have arrived.
+  void progress() {
+    for (std::size_t b = 0; b < buckets_.size(); ++b)
+      if (flights_[b].started && !flights_[b].reduced && flights_[b].ring.progress()) finish(b);
+  }
+
+  // Bucket b's ring is done: the sums go back into the gradients.
+  void finish(std::size_t b) {
+    if (buckets_[b].members.size() > 1) unpack(buckets_[b], flights_[b].packed.data());
+    flights_[b].reduced = true;
+  }
+
   void plan_buckets(Index capacity) {
     Index largest_packed = 0, largest = 0;
     Bucket open;
+    bucket_of_.assign(params_.size(), 0);
+    final_.assign(params_.size(), 0);
     auto close = [&] {
       if (open.members.empty()) return;
       if (open.members.size() > 1) largest_packed = std::max(largest_packed, open.elements);
@@ -244,6 +332,7 @@ class DataParallel {
       if (open.elements > 0 && open.elements + n > capacity) close();
       open.members.push_back(i);
       open.elements += n;
+      bucket_of_[i] = buckets_.size();
     }
     close();
     packed_.assign(static_cast<std::size_t>(largest_packed), T(0));
@@ -263,6 +352,10 @@ class DataParallel {
   std::vector<T> packed_;                  // [largest packed bucket]
   std::vector<T> scratch_;                 // [largest bucket / N + 1] one incoming chunk
   mutable std::vector<double> all_stats_;  // [N, 4] every rank's statistics
+  std::vector<std::size_t> bucket_of_;     // [params] the bucket of each parameter
+  std::vector<Flight> flights_;            // [buckets] overlapped sums, from the first
+  std::vector<char> final_;                // [params] reported final in this pass
+  bool overlapping_ = false;               // between begin_overlapped and finish_overlapped
 };
 
 }  // namespace attn
