@@ -55,6 +55,12 @@ struct Range {
     if (!(lo <= hi)) lo = 0, hi = 1;
     if (hi - lo < 1e-12) lo -= 0.5, hi += 0.5;
   }
+  // Room above and below the data, so that no curve runs along the frame.
+  void pad(double fraction) {
+    const double d = (hi - lo) * fraction;
+    lo -= d;
+    hi += d;
+  }
 };
 
 // About five ticks at 1, 2 or 5 times a power of ten.
@@ -83,6 +89,27 @@ std::string header(int width, int height) {
          std::to_string(width) + "\" height=\"" + std::to_string(height) + "\" viewBox=\"0 0 " +
          std::to_string(width) + " " + std::to_string(height) +
          "\" font-family=\"sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+}
+
+// The series' names and line styles in a white box whose top right corner is (right, y), drawn
+// over the curves; about 7 pixels per character of the longest name.
+std::string legend(const std::vector<PlotSeries>& series, double right, double y) {
+  if (series.empty()) return "";
+  std::size_t longest = 0;
+  for (const PlotSeries& s : series) longest = std::max(longest, s.name.size());
+  const double width = 44 + 7.0 * static_cast<double>(longest), x = right - width;
+  std::string svg = "<rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(width) +
+                    "\" height=\"" + num(8 + 18.0 * static_cast<double>(series.size())) +
+                    "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n";
+  for (std::size_t k = 0; k < series.size(); ++k) {
+    const double ly = y + 13 + 18.0 * static_cast<double>(k);
+    svg += "<line x1=\"" + num(x + 6) + "\" y1=\"" + num(ly) + "\" x2=\"" + num(x + 30) +
+           "\" y2=\"" + num(ly) + "\" stroke=\"" +
+           kColors[k % (sizeof kColors / sizeof kColors[0])] + "\" stroke-width=\"2\"" +
+           (series[k].right_axis ? " stroke-dasharray=\"6 3\"" : "") + "/>\n";
+    svg += text(x + 36, ly + 4, series[k].name, "start", 12);
+  }
+  return svg;
 }
 
 }  // namespace
@@ -129,6 +156,8 @@ std::string line_plot_svg(const std::vector<PlotSeries>& series, const LinePlotO
   xr.finish();
   yr.finish();
   y2r.finish();
+  yr.pad(0.04);
+  y2r.pad(0.04);
   const double left = 70, right = any_right ? 70 : 20, top = o.title.empty() ? 20 : 40, bottom = 50;
   const double pw = o.width - left - right, ph = o.height - top - bottom;
   auto px = [&](double x) { return left + (x - xr.lo) / (xr.hi - xr.lo) * pw; };
@@ -181,13 +210,8 @@ std::string line_plot_svg(const std::vector<PlotSeries>& series, const LinePlotO
       points += (points.empty() ? "" : " ") + num(px(s.x[i])) + "," + num(py(r, s.y[i]));
     }
     flush();
-    const double ly = top + 14 + 18.0 * static_cast<double>(k);
-    svg += "<line x1=\"" + num(left + pw - 150) + "\" y1=\"" + num(ly) + "\" x2=\"" +
-           num(left + pw - 126) + "\" y2=\"" + num(ly) + "\" stroke=\"" + color +
-           "\" stroke-width=\"2\"/>\n";
-    svg += text(left + pw - 120, ly + 4, s.name, "start", 12);
   }
-  return svg + "</svg>\n";
+  return svg + legend(series, left + pw - 6, top + 6) + "</svg>\n";
 }
 
 namespace {

@@ -52,7 +52,14 @@ TEST(Svg, LinePlot) {
   expect_well_formed(svg, "plot.svg");
   // The NaN splits the training curve into two polylines.
   EXPECT_EQ(count(svg, "<polyline"), 4u);
-  EXPECT_EQ(count(svg, "stroke-dasharray"), 1u);  // BLEU on the right axis
+  // BLEU on the right axis: its curve and its legend sample are dashed.
+  EXPECT_EQ(count(svg, "stroke-dasharray"), 2u);
+  // The legend is drawn after every curve, in a box over them.
+  EXPECT_GT(svg.find("fill-opacity"), svg.rfind("<polyline"));
+  // The y ranges have room above the data: the highest point (9.1, at x 0) is below the frame's
+  // top edge at y 40.
+  EXPECT_EQ(svg.find(",40\""), std::string::npos);
+  EXPECT_EQ(svg.find(",40 "), std::string::npos);
   EXPECT_NE(svg.find(">valid &lt;loss&gt; &amp; co</text>"), std::string::npos);
   EXPECT_NE(svg.find(">run &quot;base&quot;</text>"), std::string::npos);
   EXPECT_NE(svg.find(">BLEU</text>"), std::string::npos);
