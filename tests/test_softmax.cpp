@@ -88,6 +88,21 @@ TEST(SoftmaxAvx512, RowsMatchTheEigenPathWithEveryMask) {
   EXPECT_EQ(compared, 24);
 }
 
+// A NaN logit anywhere (here in a row shorter than a vector, where a max reduction would drop it)
+// makes the row and its log-sum-exp NaN: a NaN weight must reach the loss, which then stops
+// training, instead of reading as a blocked row.
+TEST(SoftmaxAvx512, NanLogitMakesTheRowNan) {
+  if (!kd::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512; the kernel is never called";
+  for (Index n : {1, 5, 16, 21, 64})
+    for (Index at : {Index(0), n - 1}) {
+      std::vector<float> row(static_cast<std::size_t>(n), 0.5f);
+      row[static_cast<std::size_t>(at)] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_TRUE(std::isnan(kd::softmax_row_avx512(row.data(), n, 1.0f, nullptr, nullptr)))
+          << "n=" << n << " NaN at " << at;
+      for (float v : row) EXPECT_TRUE(std::isnan(v)) << "n=" << n << " NaN at " << at;
+    }
+}
+
 TEST(SoftmaxAvx512, FullyBlockedRowIsZeroWithInfiniteLogSumExp) {
   if (!kd::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512; the kernel is never called";
   std::vector<float> row(20, 1.5f), pad(20, -kInf);

@@ -89,7 +89,7 @@ void add_optimisation_flags(CLI::App* train, TrainCommand& c) {
                   "batch (default: off)");
   train->add_flag("--no-overlap-allreduce", c.no_overlap_all_reduce,
                   "under mpirun, sum the gradients over the ranks after backward, not during it "
-                  "(the same result; for comparison)");
+                  "(the same result; for comparison) (default: off)");
   train
       ->add_option("--tokens-per-update", t.tokens_per_update,
                    "accumulate batches until this many target tokens (0: one batch)")

@@ -65,13 +65,16 @@ ATTN_TARGET_AVX512 inline float softmax_row_avx512(float* row, Index n, float sc
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const __m512 vscale = _mm512_set1_ps(scale);
   __m512 vmax = _mm512_set1_ps(-kInf);
+  __mmask16 nan = 0;  // max drops a NaN in some lane orders: a NaN logit is tracked apart
   for (Index j = 0; j < n; j += 16) {
     const __mmask16 m = lane_mask(n - j);
     const __m512 v = masked_logits(row, additive, pad, j, m, vscale);
     _mm512_mask_storeu_ps(row + j, m, v);
     vmax = _mm512_mask_max_ps(vmax, m, vmax, v);
+    nan |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
   }
-  const float mx = lane_max(vmax);
+  // A NaN logit makes the whole row and its log-sum-exp NaN, as in the generic path.
+  const float mx = nan != 0 ? std::numeric_limits<float>::quiet_NaN() : lane_max(vmax);
   if (n == 0 || mx == -kInf) {
     for (Index j = 0; j < n; ++j) row[j] = 0.0f;
     return kInf;
