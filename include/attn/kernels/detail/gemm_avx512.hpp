@@ -4,9 +4,12 @@
 // [D, F], [F, D], [D, V] and their transposes in backward):
 //   - B is packed once per product, in kKC-deep blocks of kNR-column panels, and the packed copy is
 //     shared by every thread (they pack it together, then meet at one barrier);
-//   - each thread takes blocks of kMC rows of A as they come free, packs each kKC-deep slice of its
-//     block into kMR-row panels (kept in L2), and sweeps the B panels (each kept in L1 while every
-//     A panel of the block passes over it);
+//   - C is cut into tasks of kMC rows by at most kNC columns, column blocks outermost, so that the
+//     threads sweep all rows against one block of packed B (kept in L2/L3) before the next; each
+//     thread takes tasks as they come free and, for each kKC-deep slice, passes every kMR-row panel
+//     of its rows of A over each B panel of its columns (each kept in L1 meanwhile);
+//   - the micro-kernel reads A in place when A's rows or columns are contiguous (ALayout below),
+//     else from panels packed per task;
 //   - the micro-kernel keeps a kMR x kNR tile of C in 24 of the 32 zmm registers: per step of k it
 //     loads two vectors of B and broadcasts kMR numbers of A into 24 FMAs.
 // Every element of C is summed in the same order (k ascending within a kKC block, blocks ascending,
