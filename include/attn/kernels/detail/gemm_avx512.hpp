@@ -126,15 +126,21 @@ ATTN_TARGET_AVX512 inline void micro_tile_rows(int rows, Index kc, const APanel&
 #define ATTN_GEMM_ROWS(R) \
   case R:                 \
     return micro_tile<R, L>(kc, a, b, c, ldc, nc, from_zero, last, epi, col0);
-    ATTN_GEMM_ROWS(12)
-    ATTN_GEMM_ROWS(11)
-    ATTN_GEMM_ROWS(10)
-    ATTN_GEMM_ROWS(9)
-    ATTN_GEMM_ROWS(8)
-    ATTN_GEMM_ROWS(7) ATTN_GEMM_ROWS(6) ATTN_GEMM_ROWS(5) ATTN_GEMM_ROWS(4) ATTN_GEMM_ROWS(3)
-        ATTN_GEMM_ROWS(2) ATTN_GEMM_ROWS(1)
+    ATTN_GEMM_ROWS(12);
+    ATTN_GEMM_ROWS(11);
+    ATTN_GEMM_ROWS(10);
+    ATTN_GEMM_ROWS(9);
+    ATTN_GEMM_ROWS(8);
+    ATTN_GEMM_ROWS(7);
+    ATTN_GEMM_ROWS(6);
+    ATTN_GEMM_ROWS(5);
+    ATTN_GEMM_ROWS(4);
+    ATTN_GEMM_ROWS(3);
+    ATTN_GEMM_ROWS(2);
+    ATTN_GEMM_ROWS(1);
 #undef ATTN_GEMM_ROWS
-            default : return;
+    default:
+      return;
   }
 }
 
