@@ -231,19 +231,15 @@ class Decoder : public LayerStack<T, DecoderLayer<T>> {
   /// Calls finished() after each stage of backward_stages().
   template <class Finished = detail::NoStageHook>
   const Tensor<T>& backward(const Tensor<T>& dy, Finished&& finished = {}) {
-    const Tensor<T>* d = &this->final_backward(dy, finished);
-    for (auto it = this->layers.rbegin(); it != this->layers.rend(); ++it) {
-      d = &(*it)->backward(*d);
-      finished();
-      const Tensor<T>& dm = (*it)->dmemory();
-      if (it == this->layers.rbegin()) {
+    return this->backward_layers(dy, finished, [this](const auto& layer, bool last) {
+      const Tensor<T>& dm = layer.dmemory();
+      if (last) {
         dmemory_.resize(dm.shape());
         dmemory_.vector() = dm.vector();
       } else {
         dmemory_.vector() += dm.vector();
       }
-    }
-    return *d;
+    });
   }
 
   /// Gradient of the memory [B, S, D] summed over the layers, from the last backward.

@@ -113,12 +113,7 @@ class Encoder : public LayerStack<T, EncoderLayer<T>> {
   /// dmemory [B, S, D] -> dx [B, S, D]. Calls finished() after each stage of backward_stages().
   template <class Finished = detail::NoStageHook>
   const Tensor<T>& backward(const Tensor<T>& dy, Finished&& finished = {}) {
-    const Tensor<T>* d = &this->final_backward(dy, finished);
-    for (auto it = this->layers.rbegin(); it != this->layers.rend(); ++it) {
-      d = &(*it)->backward(*d);
-      finished();
-    }
-    return *d;
+    return this->backward_layers(dy, finished, [](const auto&, bool) {});
   }
 
   /// Makes every layer's self-attention keep its [B, H, S, S] weights:

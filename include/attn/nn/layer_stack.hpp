@@ -58,6 +58,20 @@ class LayerStack : public Module<T> {
 
   /// The final norm's forward when there is one, else h itself.
   const Tensor<T>& final_forward(const Tensor<T>& h) { return norm ? norm->forward(h) : h; }
+  /// Backward through the final norm (when there is one) and the layers from the last to the
+  /// first, calling finished() after each stage and then after_layer(layer, is_last_layer).
+  template <class Finished, class AfterLayer>
+  const Tensor<T>& backward_layers(const Tensor<T>& dy, Finished& finished,
+                                   AfterLayer after_layer) {
+    const Tensor<T>* d = &final_backward(dy, finished);
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+      d = &(*it)->backward(*d);
+      finished();
+      after_layer(**it, it == layers.rbegin());
+    }
+    return *d;
+  }
+
   /// The final norm's backward when there is one (then finished(): its stage is over), else dy.
   template <class Finished>
   const Tensor<T>& final_backward(const Tensor<T>& dy, Finished& finished) {
