@@ -7,6 +7,9 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -52,17 +55,47 @@ inline constexpr Index kParallelMinRowwise = 16384;
 /// The optimiser's update of one parameter tensor: most tensors (biases, norms) stay serial.
 inline constexpr Index kParallelMinOptimizer = 65536;
 
+/// Carries an exception out of an OpenMP parallel region, which it may not leave by itself (that
+/// calls std::terminate: a std::bad_alloc in a thread's scratch would end the program). Each
+/// thread runs its work through run(); the first exception is kept and work not yet started is
+/// skipped; after the region, rethrow() throws the kept exception on the calling thread.
+class RegionErrors {
+ public:
+  template <class Work>
+  void run(Work&& work) noexcept {
+    if (failed_.load(std::memory_order_relaxed)) return;
+    try {
+      work();
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+      failed_.store(true, std::memory_order_relaxed);
+    }
+  }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  std::mutex mutex_;
+  std::exception_ptr error_;
+};
+
 /// body(i) for i in [0, n), split statically over the threads when n * cost (the loop's work in
 /// elements) exceeds min_work, on the calling thread otherwise. Each i must be independent of the
-/// others and computed by one thread, so results do not depend on the thread count.
+/// others and computed by one thread, so results do not depend on the thread count. An exception
+/// from body reaches the caller (the other indices may or may not have run).
 template <class Body>
 void parallel_for(Index n, Index cost, Index min_work, Body&& body) {
   const bool parallel = n * cost > min_work;
   (void)parallel;
+  RegionErrors errors;
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (parallel)
 #endif
-  for (Index i = 0; i < n; ++i) body(i);
+  for (Index i = 0; i < n; ++i) errors.run([&] { body(i); });
+  errors.rethrow();
 }
 
 /// body(begin, len) over [0, n) cut into chunks of `chunk` elements (the last one shorter), in

@@ -159,20 +159,26 @@ void for_each_head(const AttentionShape& shape, const AttentionMask<T>& mask, bo
                    bool drop, Body body) {
   const Index pairs = shape.batch * shape.heads;
   const Index work = pairs * shape.queries * shape.keys * shape.head_dim;
+  RegionErrors errors;  // a scratch too large for memory is a std::bad_alloc for the caller
 #if defined(_OPENMP)
 #pragma omp parallel if (pairs > 1 && work >= kAttentionParallelMinWork)
 #endif
   {
     AttentionScratch<T>& scratch = thread_scratch<T>();
-    scratch.prepare(std::min(kAttentionQueryBlock, shape.queries), shape.keys, backward, drop);
+    errors.run([&] {
+      scratch.prepare(std::min(kAttentionQueryBlock, shape.queries), shape.keys, backward, drop);
+    });
 #if defined(_OPENMP)
 #pragma omp for schedule(static)
 #endif
     for (Index bh = 0; bh < pairs; ++bh) {
-      const Index b = bh / shape.heads;
-      body(scratch, b, bh % shape.heads, key_padding_bias(scratch, mask.key_padding, b));
+      errors.run([&] {
+        const Index b = bh / shape.heads;
+        body(scratch, b, bh % shape.heads, key_padding_bias(scratch, mask.key_padding, b));
+      });
     }
   }
+  errors.rethrow();
 }
 
 /// Calls block(t0, nt, ns) for each block of query rows [t0, t0 + nt) of one head, where ns is the

@@ -133,13 +133,15 @@ void gemm_eigen(Dst& c, const Lhs& a, const Rhs& b, bool accumulate) {
       std::min<Index>(grains, std::clamp<Index>(grains / kGemmMinBlockGrains, threads,
                                                 Index(threads) * kGemmBlocksPerThread));
   const Index per = (grains + blocks - 1) / blocks * kGemmRowGrain;
+  attn::RegionErrors errors;
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
 #endif
   for (Index i = 0; i < blocks; ++i) {
     const Index r0 = std::min<Index>(M, i * per);
-    block(r0, std::min<Index>(M, r0 + per) - r0);
+    errors.run([&] { block(r0, std::min<Index>(M, r0 + per) - r0); });
   }
+  errors.rethrow();
 }
 
 template <class Dst, class T>

@@ -208,14 +208,17 @@ inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix
     // Dynamic hand-out in both phases: a thread slowed by another process on its core takes
     // fewer tasks instead of holding up the other one (the only wait is the barrier after
     // packing, and the end of the region).
+    RegionErrors errors;
 #pragma omp parallel num_threads(threads)
     {
 #pragma omp for schedule(dynamic, 4)
-      for (Index t = 0; t < pack_tasks; ++t) pack_task(t);
-      float* own_a = packs_a ? pack_buffer(PackSlot::a, kMC * kKC) : nullptr;
+      for (Index t = 0; t < pack_tasks; ++t) errors.run([&] { pack_task(t); });
+      float* own_a = nullptr;
+      if (packs_a) errors.run([&] { own_a = pack_buffer(PackSlot::a, kMC * kKC); });
 #pragma omp for schedule(dynamic, 1)
-      for (Index t = 0; t < work_tasks; ++t) work_task(t, own_a);
+      for (Index t = 0; t < work_tasks; ++t) errors.run([&] { work_task(t, own_a); });
     }
+    errors.rethrow();
     return;
   }
 #endif

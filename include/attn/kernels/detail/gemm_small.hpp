@@ -154,8 +154,10 @@ inline bool gemm_small_rows(const StridedMatrix<const float>& a,
   };
 #if defined(_OPENMP)
   if (threads > 1 && !omp_in_parallel()) {
+    RegionErrors errors;
 #pragma omp parallel for schedule(static, 1) num_threads(threads)
-    for (int part = 0; part < threads; ++part) run(part, threads);
+    for (int part = 0; part < threads; ++part) errors.run([&] { run(part, threads); });
+    errors.rethrow();
     return true;
   }
 #endif

@@ -1,0 +1,127 @@
+// Exceptions inside attn's OpenMP parallel regions: an exception may not leave a region by itself
+// (std::terminate), so RegionErrors carries it to the caller. Each test makes the exception happen
+// on a worker thread, where the old code ended the program.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "error_helpers.hpp"
+#include "pch.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace {
+
+// ASan and TSan reserve terabytes of address space for their shadow memory, so an address-space
+// limit cannot be set under them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
+/// The thread number inside a parallel region (0 without OpenMP).
+int thread_number() {
+#if defined(_OPENMP)
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+TEST(RegionErrors, ExceptionOfAWorkerThreadReachesTheCaller) {
+  attn::set_num_threads(2);
+  constexpr attn::Index n = 64;
+  std::atomic<int> thrower{-1};
+  const auto run = [&] {
+    attn::parallel_for(n, 1 << 20, 0, [&](attn::Index i) {
+      if (i == n - 1) {  // the last index: the second thread's under a static schedule
+        thrower = thread_number();
+        throw attn::ShapeError("index " + std::to_string(i) + " is refused");
+      }
+    });
+  };
+  EXPECT_EQ(attn::testing::error_of<attn::ShapeError>(run), "index 63 is refused");
+#if defined(_OPENMP)
+  EXPECT_EQ(thrower.load(), 1) << "the body was meant to throw on the worker thread";
+#endif
+  // The team is still usable afterwards.
+  std::vector<int> seen(n, 0);
+  attn::parallel_for(n, 1 << 20, 0, [&](attn::Index i) { seen[static_cast<std::size_t>(i)] = 1; });
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), n);
+}
+
+TEST(RegionErrors, OnlyTheFirstExceptionIsKept) {
+  attn::set_num_threads(2);
+  EXPECT_THROW(attn::parallel_for(
+                   8, 1 << 20, 0,
+                   [](attn::Index i) { throw attn::ConfigError("index " + std::to_string(i)); }),
+               attn::ConfigError);
+}
+
+/// The process's address space in bytes (VmSize), from /proc/self/status.
+rlim_t address_space_in_use() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmSize:", 0) == 0)
+      return static_cast<rlim_t>(std::stoull(line.substr(7))) * 1024;
+  return 0;
+}
+
+/// Lowers RLIMIT_AS to the space in use plus `headroom` bytes while it lives.
+class AddressSpaceLimit {
+ public:
+  explicit AddressSpaceLimit(rlim_t headroom) {
+    getrlimit(RLIMIT_AS, &old_);
+    rlimit lowered = old_;
+    lowered.rlim_cur = address_space_in_use() + headroom;
+    ok_ = address_space_in_use() > 0 && setrlimit(RLIMIT_AS, &lowered) == 0;
+  }
+  ~AddressSpaceLimit() { setrlimit(RLIMIT_AS, &old_); }
+  bool ok() const { return ok_; }
+
+ private:
+  rlimit old_{};
+  bool ok_ = false;
+};
+
+// Attention keeps a [128, S] scratch per thread, grown inside the parallel region. With S = 2^18
+// each thread's is 128 MiB; under a 32 MiB headroom that is a std::bad_alloc for the caller.
+TEST(RegionErrors, AttentionScratchBeyondMemoryIsBadAlloc) {
+  if (kSanitized) GTEST_SKIP() << "address-space limits do not work under ASan or TSan";
+  attn::set_num_threads(2);
+  const attn::Index H = 2, T = 128, S = attn::Index(1) << 18, K = 1;
+  const attn::kernels::AttentionShape shape{1, H, T, S, K};
+  std::vector<float> q(static_cast<std::size_t>(T * H * K), 0.5f);
+  std::vector<float> kv(static_cast<std::size_t>(S * H * K), 0.25f);
+  std::vector<float> out(q.size()), lse(static_cast<std::size_t>(H * T));
+  const attn::AttentionMask<float> none;
+  const auto run = [&] {
+    attn::kernels::attention_forward(out.data(), H * K, lse.data(), static_cast<float*>(nullptr),
+                                     q.data(), H * K, kv.data(), H * K, kv.data(), H * K, shape,
+                                     none, 1.0f);
+  };
+  attn::parallel_for(2, 1 << 20, 0, [](attn::Index) {});  // the team exists before the limit
+  {
+    const AddressSpaceLimit limit(32u << 20);
+    ASSERT_TRUE(limit.ok());
+    EXPECT_THROW(run(), std::bad_alloc);
+  }
+  run();  // with memory again, the same call succeeds
+  EXPECT_NEAR(out[0], 0.25f, 1e-6f);
+}
+
+}  // namespace
