@@ -138,8 +138,18 @@ TEST(DataParallel, SmallBucketsPackSeveralTensorsAndGiveTheSameResult) {
 TEST(DataParallel, BucketsAreFewAndCoverEveryParameterOnce) {
   testing::Trainer<float> t(testing::task_config(23, 0.0));
   const auto params = t.model.parameters();
-  DataParallel<float> one_bucket(params);
+  DataParallelOptions whole;
+  whole.min_buckets = 1;
+  DataParallel<float> one_bucket(params, MPI_COMM_WORLD, whole);
   EXPECT_EQ(one_bucket.buckets(), 1u);  // ~60 K floats fit one 32 MB bucket
+  // By default a model that fits one bucket is cut into quarters (greedily, so 4 to 8 buckets),
+  // so that the sums of its top layers can start while backward computes the lower ones.
+  DataParallel<float> quarters(params);
+  EXPECT_GE(quarters.buckets(), 4u);
+  EXPECT_LE(quarters.buckets(), 8u);
+  DataParallelOptions none;
+  none.min_buckets = 0;
+  EXPECT_THROW(DataParallel<float>(params, MPI_COMM_WORLD, none), ConfigError);
   DataParallelOptions o;
   o.bucket_bytes = 16384;
   DataParallel<float> several(params, MPI_COMM_WORLD, o);

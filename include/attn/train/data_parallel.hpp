@@ -10,7 +10,9 @@
 //
 // Buckets. Gradients are packed into buckets of about DataParallelOptions::bucket_bytes, in the
 // reverse of registration order (the order backward finishes them), and each bucket is one ring
-// all-reduce: a few large messages instead of one per tensor. A tensor larger than a bucket is
+// all-reduce: a few large messages instead of one per tensor. A model smaller than min_buckets
+// buckets is cut into min_buckets smaller ones, so that its top layers' sums can still start
+// during backward (see Overlap). A tensor larger than a bucket is
 // reduced in place without packing. Module::parameters() lists a tied weight once, so it is
 // reduced once. Buffers are allocated at construction (statistics and the overlapped sums: at the
 // first step); later steps allocate nothing.
@@ -24,9 +26,10 @@
 // the rest. It runs the same buckets, steps, chunks and additions as the blocking form, so the
 // gradients are the same bits. What it cannot hide: the shared (tied) embedding is used by the
 // generator, the target and the source embedding, so backward finishes it last, and it is the
-// largest tensor (base: 76 MB of 252 MB); its sum starts only when backward has ended. Small
-// models (the 'small' preset: 30 MB) fit one 32 MB bucket, which holds the embedding too, and so
-// gain nothing. Each in-flight bucket needs its own buffers: the overlapped form holds a second
+// largest tensor (base: 76 MB of 252 MB); its sum starts only when backward has ended. A small
+// model (the 'small' preset: 30 MB) is cut into min_buckets = 4 buckets of at most a quarter of it,
+// so its embedding (27% of it) is a bucket of its own and its layers' three overlap backward.
+// Each in-flight bucket needs its own buffers: the overlapped form holds a second
 // copy of the packed gradients (all but the tensors larger than a bucket) and 1/N of scratch.
 #pragma once
 
@@ -81,7 +84,8 @@ std::uint64_t parameter_fingerprint(const std::vector<NamedParameter<T>>& params
 }
 
 struct DataParallelOptions {
-  std::size_t bucket_bytes = std::size_t{32} << 20;  ///< gradients packed per all-reduce
+  std::size_t bucket_bytes = std::size_t{32} << 20;  ///< gradients packed per all-reduce, at most
+  std::size_t min_buckets = 4;  ///< buckets are at most 1/min_buckets of all gradients (>= 1)
 };
 
 /// Sums gradients and loss statistics over the ranks of a communicator. Every rank constructs
@@ -95,9 +99,11 @@ class DataParallel {
       : params_(std::move(params)), comm_(comm) {
     ATTN_CHECK(options.bucket_bytes >= sizeof(T), ConfigError,
                "DataParallel: bucket_bytes must hold one value, got ", options.bucket_bytes);
+    ATTN_CHECK(options.min_buckets >= 1, ConfigError,
+               "DataParallel: min_buckets must be at least 1, got ", options.min_buckets);
     rank_ = detail::comm_rank(comm_);
     ranks_ = detail::comm_size(comm_);
-    plan_buckets(static_cast<Index>(options.bucket_bytes / sizeof(T)));
+    plan_buckets(bucket_capacity(options));
     const int tags = detail::max_tag(comm_) - kFirstTag + 1;
     ATTN_CHECK(buckets_.size() <= static_cast<std::size_t>(tags), ConfigError,
                "DataParallel: ", buckets_.size(), " buckets need more MPI tags than the ", tags,
@@ -313,6 +319,17 @@ class DataParallel {
   void finish(std::size_t b) {
     if (buckets_[b].members.size() > 1) unpack(buckets_[b], flights_[b].packed.data());
     flights_[b].reduced = true;
+  }
+
+  /// Values per bucket: bucket_bytes' worth, but at most 1/min_buckets of all gradients.
+  Index bucket_capacity(const DataParallelOptions& options) const {
+    Index total = 0;
+    for (const auto& p : params_) total += p.grad.numel();
+    const Index min_buckets = static_cast<Index>(
+        std::min<std::size_t>(options.min_buckets, std::numeric_limits<Index>::max()));
+    const Index share = std::max<Index>(1, (total + min_buckets - 1) / min_buckets);
+    const std::size_t values = options.bucket_bytes / sizeof(T);
+    return static_cast<Index>(std::min<std::size_t>(values, static_cast<std::size_t>(share)));
   }
 
   void plan_buckets(Index capacity) {
