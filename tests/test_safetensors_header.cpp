@@ -91,7 +91,8 @@ TEST(SafetensorsHeader, EntryCountIsCapped) {
 TEST(SafetensorsHeader, HeaderAtTheSizeCapParsesAndOneByteMoreIsRefused) {
   // The largest header allowed, all of it an unknown field's skipped containers.
   const std::string head = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":[)";
-  std::string header = head + repeated("{}", (detail::kMaxSafetensorsHeader - head.size() - 16) / 3);
+  std::string header =
+      head + repeated("{}", (detail::kMaxSafetensorsHeader - head.size() - 16) / 3);
   header += "]}}";
   header.resize(detail::kMaxSafetensorsHeader / 8 * 8, ' ');
   ASSERT_EQ(header.back(), ' ');
@@ -103,10 +104,11 @@ TEST(SafetensorsHeader, HeaderAtTheSizeCapParsesAndOneByteMoreIsRefused) {
 
 TEST(SafetensorsHeader, MalformedEntriesStillNameTheirFault) {
   const auto err = [](const std::string& h) { return parse_error(file_with_header(h, 8)); };
-  EXPECT_TRUE(contains(err(R"({"a":{"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]}})"),
-                       "tensor a: field \"dtype\" appears twice"));
-  EXPECT_TRUE(contains(err(R"({"__metadata__":{"k":"1","k":"2"}})"),
-                       "__metadata__ key 'k' appears twice"));
+  EXPECT_TRUE(
+      contains(err(R"({"a":{"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]}})"),
+               "tensor a: field \"dtype\" appears twice"));
+  EXPECT_TRUE(
+      contains(err(R"({"__metadata__":{"k":"1","k":"2"}})"), "__metadata__ key 'k' appears twice"));
   EXPECT_TRUE(contains(err(R"({"__metadata__":{"k":{}}})"), "value of 'k' is not a string"));
   EXPECT_TRUE(contains(err(R"({"a":{"dtype":["F32"],"shape":[2],"data_offsets":[0,8]}})"),
                        "non-string \"dtype\""));
@@ -116,7 +118,8 @@ TEST(SafetensorsHeader, MalformedEntriesStillNameTheirFault) {
                        "header is not valid JSON"));
   // Unknown fields of an entry, of any type, are allowed.
   EXPECT_NO_THROW(parse_safetensors(
-      file_with_header(R"({"a":{"q":null,"dtype":"F32","r":[1,"s"],"shape":[2],"data_offsets":[0,8]}})", 8),
+      file_with_header(
+          R"({"a":{"q":null,"dtype":"F32","r":[1,"s"],"shape":[2],"data_offsets":[0,8]}})", 8),
       "ok"));
 }
 
