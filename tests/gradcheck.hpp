@@ -20,6 +20,20 @@
 
 namespace attn::testing {
 
+/// One thread for the holder's lifetime, then the count it found: gradient checks run thousands of
+/// tiny forwards, and an OpenMP team per kernel call would dominate them on a busy machine. A
+/// member of a test fixture, so that it spans SetUp, the test and TearDown.
+class OneThread {
+ public:
+  OneThread() : threads_(num_threads()) { set_num_threads(1); }
+  ~OneThread() { set_num_threads(threads_); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int threads_;
+};
+
 struct GradCheckResult {
   double max_rel_error = 0;  // worst tensor's relative error
   std::string worst;         // "name[flat index]: analytic vs numeric" of the worst element

@@ -61,14 +61,8 @@ std::string message(const std::function<void()>& f) {
 
 class LayerGrad : public ::testing::TestWithParam<std::tuple<bool, bool>> {
  protected:
-  // Thousands of tiny forwards: one thread, so that an OpenMP team per kernel call on a busy
-  // machine does not dominate. NaiveAndFastKernelsAgree runs the threaded path.
-  void SetUp() override {
-    threads_ = num_threads();
-    set_num_threads(1);
-  }
-  void TearDown() override { set_num_threads(threads_); }
-  int threads_ = 1;
+  // Gradient checks on one thread; NaiveAndFastKernelsAgree runs the threaded path.
+  testing::OneThread one_thread_;
 
   bool norm_first() const { return std::get<0>(GetParam()); }
   bool fast() const { return std::get<1>(GetParam()); }

@@ -38,17 +38,11 @@ std::string message(const std::function<void()>& f) {
   return "(no exception)";
 }
 
-// Param: use the fast kernel. Gradient checks run thousands of tiny forwards on one thread, so that
-// an OpenMP team per kernel call on a busy machine does not dominate; NaiveAndFastKernelsAgree
-// runs the threaded path.
+// Param: use the fast kernel. Gradient checks run on one thread (testing::OneThread);
+// NaiveAndFastKernelsAgree runs the threaded path.
 class MhaKernel : public ::testing::TestWithParam<bool> {
  protected:
-  void SetUp() override {
-    threads_ = num_threads();
-    set_num_threads(1);
-  }
-  void TearDown() override { set_num_threads(threads_); }
-  int threads_ = 1;
+  testing::OneThread one_thread_;
 };
 
 TEST_P(MhaKernel, SelfAttentionGradientsWithCausalAndPadding) {

@@ -85,13 +85,20 @@ testing::GradCheckResult check_transformer(Transformer<double>& m, const Tensor<
   return testing::gradcheck(wrt, analytic, [&] { return testing::dot(m.forward(src, tgt), r); });
 }
 
+/// The tiny preset shrunk to D = 8, H = 2, F = 12 and `layers` per stack, so that a central
+/// difference of every parameter takes a moment.
+TransformerConfig gradcheck_config(Index vocab, Index layers) {
+  TransformerConfig c = TransformerConfig::tiny(vocab);
+  c.d_model = 8;
+  c.heads = 2;
+  c.d_ff = 12;
+  c.encoder_layers = c.decoder_layers = layers;
+  return c;
+}
+
 TEST(Transformer, GradientsOfEveryParameterIncludingSharedWeights) {
   for (bool norm_first : {false, true}) {
-    TransformerConfig c = TransformerConfig::tiny(11);
-    c.d_model = 8;
-    c.heads = 2;
-    c.d_ff = 12;
-    c.encoder_layers = c.decoder_layers = 2;
+    TransformerConfig c = gradcheck_config(11, 2);
     c.norm_first = norm_first;
     Transformer<double> m(c);
     // Source row 1 and target row 1 end in padding (id 0).
@@ -103,11 +110,7 @@ TEST(Transformer, GradientsOfEveryParameterIncludingSharedWeights) {
 }
 
 TEST(Transformer, GradientsWithUntiedLearnedPositions) {
-  TransformerConfig c = TransformerConfig::tiny(9);
-  c.d_model = 8;
-  c.heads = 2;
-  c.d_ff = 12;
-  c.encoder_layers = c.decoder_layers = 1;
+  TransformerConfig c = gradcheck_config(9, 1);
   c.share_embeddings = false;
   c.tie_output = false;
   c.tgt_vocab = 7;
@@ -190,7 +193,8 @@ TEST(Transformer, ConfigFieldsAreOneListForMetadataValidationAndPrinting) {
 
   std::ostringstream printed;
   printed << c;
-  EXPECT_NE(printed.str().find("src_vocab=20 tgt_vocab=20 share_embeddings=true"), std::string::npos)
+  EXPECT_NE(printed.str().find("src_vocab=20 tgt_vocab=20 share_embeddings=true"),
+            std::string::npos)
       << printed.str();
   EXPECT_NE(printed.str().find("relu_dropout=0.25 norm_first=true"), std::string::npos)
       << printed.str();

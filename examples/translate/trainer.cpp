@@ -1,19 +1,16 @@
+// The Trainer at work: updates with gradient accumulation, progress lines, validation, test BLEU,
+// checkpoints and the final model with its reports. How it starts is in trainer_setup.cpp.
 #include "trainer.hpp"
 
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <limits>
 #include <sstream>
-#include <string_view>
-#include <type_traits>
 
-#include <attn/parallel.hpp>
 #include <attn/train/checkpoint.hpp>
 #include <attn/train/clip.hpp>
-#include <attn/train/model_file.hpp>
 #include <attn/train/schedule.hpp>
 
 #include "distributed.hpp"
@@ -31,161 +28,7 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::vector<std::string> both_sides(const ParallelCorpus& c) {
-  std::vector<std::string> s = c.src;
-  s.insert(s.end(), c.tgt.begin(), c.tgt.end());
-  return s;
-}
-
-SubwordVocab open_vocab(const TrainOptions& o, const CorpusSplit& data, Replicas& replicas) {
-  ATTN_CHECK(!o.model_dir.empty(), ConfigError, "train: --model-dir is required");
-  ATTN_CHECK(!data.train.empty(), DataError, "train: the training corpus is empty");
-  if (o.resume) return SubwordVocab::load(o.model_dir);
-  if (replicas.rank() > 0) {  // rank 0 checks the directory and trains the vocabulary
-    replicas.barrier();
-    return SubwordVocab::load(o.model_dir);
-  }
-  check_fresh_model_dir(o.model_dir);
-  fs::create_directories(o.model_dir);
-  BpeTrainOptions bpe;
-  bpe.vocab_size = o.vocab_size;
-  bpe.num_threads = o.threads;
-  SubwordVocab vocab = SubwordVocab::train(both_sides(data.train), o.model_dir, bpe);
-  replicas.barrier();
-  return vocab;
-}
-
-std::unique_ptr<ModelDirLock> lock_model_dir(const TrainOptions& o) {
-  ATTN_CHECK(!o.model_dir.empty(), ConfigError, "train: --model-dir is required");
-  auto lock = std::make_unique<ModelDirLock>(o.model_dir);
-  for (const std::string& path : remove_stale_temp_files(o.model_dir))
-    if (!o.quiet) std::cerr << "train: removed " << path << ", left by a killed writer\n";
-  return lock;
-}
-
 }  // namespace
-
-TransformerConfig make_config(const TrainOptions& o, Index vocab) {
-  TransformerConfig c;
-  if (o.preset == "tiny")
-    c = TransformerConfig::tiny(vocab);
-  else if (o.preset == "small")
-    c = TransformerConfig::small(vocab);
-  else if (o.preset == "base")
-    c = TransformerConfig::base(vocab);
-  else if (o.preset == "big")
-    c = TransformerConfig::big(vocab);
-  else
-    ATTN_CHECK(false, ConfigError, "unknown preset '", o.preset,
-               "', expected tiny, small, base or big");
-  if (o.d_model > 0) c.d_model = o.d_model;
-  if (o.layers > 0) c.encoder_layers = c.decoder_layers = o.layers;
-  if (o.heads > 0) c.heads = o.heads;
-  if (o.d_ff > 0) c.d_ff = o.d_ff;
-  if (o.dropout >= 0) c.dropout = o.dropout;
-  if (o.norm_first) c.norm_first = true;
-  c.seed = o.seed;
-  c.validate();
-  return c;
-}
-
-std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const ParallelCorpus& c) {
-  std::vector<TokenizedPair> pairs(c.size());
-  for (std::size_t i = 0; i < c.size(); ++i) {
-    pairs[i].src = vocab.encode(c.src[i]);
-    pairs[i].tgt = vocab.encode(c.tgt[i]);
-  }
-  return pairs;
-}
-
-Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<Replicas> replicas)
-    : opt_(options),
-      data_(std::move(data)),
-      replicas_(replicas ? std::move(replicas) : std::make_shared<Replicas>()),
-      lock_(replicas_->rank() == 0 ? lock_model_dir(opt_) : nullptr),
-      vocab_(open_vocab(opt_, data_, *replicas_)),
-      progress_(std::cerr, !opt_.quiet && ProgressLine::stderr_is_terminal()) {
-  set_num_threads(opt_.threads);
-  if (opt_.resume) {
-    resume_newest_loadable(options);
-  } else {
-    build(make_config(opt_, vocab_.size()));
-    order_ = train_batches_->epoch_order(opt_.seed, epoch_);
-  }
-  replicas_->start(*model_, *train_batches_, metadata(), opt_);
-}
-
-void Trainer::resume_newest_loadable(const TrainOptions& given) {
-  vocab_.check_directory(opt_.model_dir);
-  const auto ckpts = list_checkpoints(opt_.model_dir);
-  ATTN_CHECK(!ckpts.empty(), IOError, "--resume: model directory '", opt_.model_dir,
-             "' has no checkpoint_<step>.safetensors (train without --resume to start afresh)");
-  // A checkpoint that does not load (corrupt, truncated, tampered) is skipped for the next older
-  // one; each attempt starts from the given options and builds everything anew.
-  std::string reasons;
-  for (auto it = ckpts.rbegin(); it != ckpts.rend(); ++it) {
-    try {
-      opt_ = given;
-      resume_from(it->second);
-      resumed_from_ = it->second;
-      if (!skipped_checkpoints_.empty() && !opt_.quiet)
-        std::cerr << "resume: skipped " << reasons << "; resuming from " << it->second << '\n';
-      return;
-    } catch (const Error& e) {
-      skipped_checkpoints_.push_back(it->second + " (" + e.what() + ")");
-      reasons += (reasons.empty() ? "" : "; ") + skipped_checkpoints_.back();
-    }
-  }
-  throw FormatError(
-      detail::concat("--resume: no checkpoint of '", opt_.model_dir, "' loads: ", reasons));
-}
-
-void Trainer::resume_from(const std::string& path) {
-  const SafetensorsFile file = load_safetensors(path);
-  const auto& meta = file.metadata();
-  check_vocab_metadata(meta, vocab_, path);
-  restore_options(opt_, meta, path);
-  build(config_from_model_file(file));
-  // Everything the metadata holds is checked before the weights are loaded.
-  const DataPosition position = restore_data_position(meta, path, train_batches_->batches().size());
-  auto it = meta.find("curves");
-  curves_ = it != meta.end() ? decode_curves(it->second, path) : std::vector<CurvePoint>{};
-  load_training_checkpoint(path, model_->parameters(), *adam_, model_->random_state());
-  check_finite_parameters(model_->parameters(), path);
-  epoch_ = position.epoch;
-  batch_index_ = position.batch;
-  order_ = train_batches_->epoch_order(opt_.seed, epoch_);
-}
-
-void Trainer::build(const TransformerConfig& config) {
-  ATTN_CHECK(opt_.tokens_per_update >= 0, ConfigError, "--tokens-per-update must be >= 0, got ",
-             opt_.tokens_per_update);
-  ATTN_CHECK(std::isfinite(opt_.clip_norm) && opt_.clip_norm >= 0, ConfigError,
-             "--clip-norm must be finite and >= 0 (0: off), got ", opt_.clip_norm);
-  BatchingOptions b;
-  b.max_tokens = opt_.max_tokens;
-  b.max_len = opt_.max_len;
-  b.overlong = OverlongPolicy::kSkip;
-  train_batches_ = std::make_unique<Batcher>(tokenize_pairs(vocab_, data_.train), b);
-  ATTN_CHECK(train_batches_->size() > 0, DataError, "train: every one of the ", data_.train.size(),
-             " training pairs is longer than max_len ", opt_.max_len, " subword tokens");
-  if (train_batches_->skipped() > 0 && !opt_.quiet)
-    std::cerr << "train: left out " << train_batches_->skipped() << " of " << data_.train.size()
-              << " training pairs longer than max_len " << opt_.max_len << " subword tokens\n";
-  valid_batches_.reset();
-  valid_src_ids_.clear();
-  if (!data_.valid.empty()) {
-    valid_batches_ = std::make_unique<Batcher>(tokenize_pairs(vocab_, data_.valid), b);
-    std::size_t n = data_.valid.size();
-    if (opt_.bleu_sentences > 0) n = std::min<std::size_t>(n, opt_.bleu_sentences);
-    for (std::size_t i = 0; i < n; ++i) valid_src_ids_.push_back(vocab_.encode(data_.valid.src[i]));
-  }
-  model_ = std::make_unique<Transformer<float>>(config);
-  adam_ = std::make_unique<Adam<float>>(model_->parameters());
-  loss_ = std::make_unique<LabelSmoothedCrossEntropy<float>>(opt_.label_smoothing, config.pad_id);
-}
-
-Trainer::~Trainer() = default;
 
 Index Trainer::step() const { return adam_->steps(); }
 

@@ -1,9 +1,9 @@
 // The training loop of attn-translate: vocabulary, batching, Adam with the paper's schedule,
 // gradient accumulation, progress output, validation (loss, perplexity, greedy BLEU), checkpoints
 // that resume bit-exactly (parameters, Adam moments, dropout RNG, step and data position) and the
-// final model. Beside it: what a checkpoint's metadata holds (train_state.hpp), the model
-// directory's files and policy (model_dir.hpp), the progress line (progress.hpp) and the SVG
-// reports (train_report.hpp).
+// final model (trainer.cpp; how it starts, afresh or resumed: trainer_setup.cpp). Beside it: what
+// a checkpoint's metadata holds (train_state.hpp), the model directory's files and policy
+// (model_dir.hpp), the progress line (progress.hpp) and the SVG reports (train_report.hpp).
 #pragma once
 
 #include <chrono>

@@ -1,7 +1,8 @@
 // The one header users include: the whole of attn but the headers that read or write safetensors
-// files (train/safetensors*.hpp, checkpoint.hpp, averaging.hpp, model_file.hpp, atomic_file.hpp),
-// which also need nlohmann-json (CMake target attn::checkpoint), train/data_parallel.hpp, which
-// needs MPI (attn::mpi), and kernels/gemm_naive.hpp, the tests' reference product.
+// files (train/safetensors*.hpp, checkpoint.hpp, averaging.hpp, model_file.hpp), which also need
+// nlohmann-json (CMake target attn::checkpoint), and their POSIX file writer atomic_file.hpp;
+// train/data_parallel.hpp and ring_all_reduce.hpp, which need MPI (attn::mpi); and
+// kernels/gemm_naive.hpp, the tests' reference product.
 #pragma once
 
 #include "attn/error.hpp"

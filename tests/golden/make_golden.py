@@ -107,41 +107,33 @@ def mha_cases():
 def layer_cases():
     B, T, S = 2, 4, 5
     src_lengths, tgt_lengths = [5, 3], [4, 2]
-    for norm_first in (False, True):
-        tag = "pre" if norm_first else "post"
-        enc = nn.TransformerEncoderLayer(d_model=D, nhead=H, dim_feedforward=F, dropout=0.0,
-                                         batch_first=True, norm_first=norm_first)
-        run_case(f"encoder_layer_{tag}.txt", enc, [("x", torch.randn(B, S, D))],
-                 [("src_lengths", src_lengths)],
+
+    # The module is built (drawing its initial weights) before the inputs are drawn, in the order
+    # the stored files were made with.
+    def encoder_case(file, enc):
+        run_case(file, enc, [("x", torch.randn(B, S, D))], [("src_lengths", src_lengths)],
                  lambda x: enc(x, src_key_padding_mask=padding_mask(src_lengths, S)))
 
-        dec = nn.TransformerDecoderLayer(d_model=D, nhead=H, dim_feedforward=F, dropout=0.0,
-                                         batch_first=True, norm_first=norm_first)
-        run_case(f"decoder_layer_{tag}.txt", dec,
-                 [("y", torch.randn(B, T, D)), ("memory", torch.randn(B, S, D))],
+    def decoder_case(file, dec):
+        run_case(file, dec, [("y", torch.randn(B, T, D)), ("memory", torch.randn(B, S, D))],
                  [("tgt_lengths", tgt_lengths), ("memory_lengths", src_lengths)],
                  lambda y, m: dec(y, m, tgt_mask=causal_mask(T),
                                   tgt_key_padding_mask=padding_mask(tgt_lengths, T),
                                   memory_key_padding_mask=padding_mask(src_lengths, S)))
 
+    for norm_first in (False, True):
+        tag = "pre" if norm_first else "post"
+        layer = dict(d_model=D, nhead=H, dim_feedforward=F, dropout=0.0, batch_first=True,
+                     norm_first=norm_first)
+        encoder_case(f"encoder_layer_{tag}.txt", nn.TransformerEncoderLayer(**layer))
+        decoder_case(f"decoder_layer_{tag}.txt", nn.TransformerDecoderLayer(**layer))
         # Stacks of two layers without a final norm (our Encoder/Decoder with final_norm = false).
-        enc_layer = nn.TransformerEncoderLayer(d_model=D, nhead=H, dim_feedforward=F, dropout=0.0,
-                                               batch_first=True, norm_first=norm_first)
-        encs = nn.TransformerEncoder(enc_layer, num_layers=2, norm=None,
-                                     enable_nested_tensor=False)
-        run_case(f"encoder_{tag}.txt", encs, [("x", torch.randn(B, S, D))],
-                 [("src_lengths", src_lengths)],
-                 lambda x: encs(x, src_key_padding_mask=padding_mask(src_lengths, S)))
-
-        dec_layer = nn.TransformerDecoderLayer(d_model=D, nhead=H, dim_feedforward=F, dropout=0.0,
-                                               batch_first=True, norm_first=norm_first)
-        decs = nn.TransformerDecoder(dec_layer, num_layers=2, norm=None)
-        run_case(f"decoder_{tag}.txt", decs,
-                 [("y", torch.randn(B, T, D)), ("memory", torch.randn(B, S, D))],
-                 [("tgt_lengths", tgt_lengths), ("memory_lengths", src_lengths)],
-                 lambda y, m: decs(y, m, tgt_mask=causal_mask(T),
-                                   tgt_key_padding_mask=padding_mask(tgt_lengths, T),
-                                   memory_key_padding_mask=padding_mask(src_lengths, S)))
+        encoder_case(f"encoder_{tag}.txt",
+                     nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer), num_layers=2,
+                                           norm=None, enable_nested_tensor=False))
+        decoder_case(f"decoder_{tag}.txt",
+                     nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer), num_layers=2,
+                                           norm=None))
 
 
 if __name__ == "__main__":

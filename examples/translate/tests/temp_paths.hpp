@@ -13,8 +13,7 @@ namespace attn::translate::testing {
 
 inline std::string temp_prefix() { return "attn_translate_" + std::to_string(::getpid()) + "_"; }
 
-/// Removes this process's temporary paths; register once per test executable with
-/// ::testing::AddGlobalTestEnvironment(new TempCleanup).
+/// Removes this process's temporary paths after its last test.
 class TempCleanup : public ::testing::Environment {
  public:
   void TearDown() override {
@@ -24,6 +23,11 @@ class TempCleanup : public ::testing::Environment {
       if (e.path().filename().string().rfind(temp_prefix(), 0) == 0) fs::remove_all(e.path(), ec);
   }
 };
+
+/// Every test executable that includes this header registers one TempCleanup (an inline variable:
+/// one per program, however many of its files include it).
+[[maybe_unused]] inline ::testing::Environment* const kTempCleanup =
+    ::testing::AddGlobalTestEnvironment(new TempCleanup);
 
 /// A temporary path that does not exist (whatever an earlier run left there is removed).
 inline std::filesystem::path fresh_temp_path(const std::string& name) {

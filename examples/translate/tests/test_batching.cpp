@@ -25,8 +25,6 @@ using attn::testing::error_of;
 namespace {
 
 using attn::translate::testing::fresh_temp_path;
-using attn::translate::testing::TempCleanup;
-[[maybe_unused]] const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new TempCleanup);
 
 // A few hundred sentences from a tiny English and German grammar.
 std::vector<std::string> toy_sentences() {

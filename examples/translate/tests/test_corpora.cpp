@@ -26,18 +26,16 @@ namespace fs = std::filesystem;
 using namespace attn::translate;
 using attn::testing::error_of;
 using attn::translate::testing::temp_dir;
-using attn::translate::testing::TempCleanup;
 
 namespace {
-
-[[maybe_unused]] const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new TempCleanup);
 
 const std::string kMd5a = "0123456789abcdef0123456789abcdef";
 const std::string kMd5b = "fedcba9876543210fedcba9876543210";
 
 std::string lz4_frame(const std::string& text) {
   std::string out(LZ4F_compressFrameBound(text.size(), nullptr), '\0');
-  const std::size_t n = LZ4F_compressFrame(out.data(), out.size(), text.data(), text.size(), nullptr);
+  const std::size_t n =
+      LZ4F_compressFrame(out.data(), out.size(), text.data(), text.size(), nullptr);
   EXPECT_FALSE(LZ4F_isError(n));
   out.resize(n);
   return out;
@@ -81,13 +79,12 @@ TEST(DebianDescriptions, ParsesRecordsParagraphsAndListItems) {
 }
 
 TEST(DebianDescriptions, MalformedRecordsAreSkippedAndCounted) {
-  const std::string text = record("not-an-md5", "en", "Bad md5") +
-                           "Package: x\nDescription-en: no md5 field\n\n" +
-                           "Package: y\nthis line is no field\nDescription-md5: " + kMd5a +
-                           "\nDescription-en: broken\n\n" +
-                           record(kMd5b, "en", "Bad \xc3\x28 UTF-8") +
-                           "Package: z\nDescription-md5: " + kMd5a + "\n\n" +  // no description
-                           record(kMd5a, "en", "Good one");
+  const std::string text =
+      record("not-an-md5", "en", "Bad md5") + "Package: x\nDescription-en: no md5 field\n\n" +
+      "Package: y\nthis line is no field\nDescription-md5: " + kMd5a +
+      "\nDescription-en: broken\n\n" + record(kMd5b, "en", "Bad \xc3\x28 UTF-8") +
+      "Package: z\nDescription-md5: " + kMd5a + "\n\n" +  // no description
+      record(kMd5a, "en", "Good one");
   DebianDescriptionStats st;
   const auto d = parse_translation_records(text, "en", &st);
   ASSERT_EQ(d.size(), 1u);
@@ -111,8 +108,11 @@ TEST(DebianDescriptions, SentenceSplitKeepsAbbreviations) {
             (std::vector<std::string>{"It is fast.", "It is small!", "Is it?", "Yes."}));
   EXPECT_EQ(split_sentences("Tools, e.g. Vim. Editors etc. Are here."),
             (std::vector<std::string>{"Tools, e.g. Vim.", "Editors etc. Are here."}));
-  EXPECT_EQ(split_sentences("Programme, z. B. Vim. \xc3\x9c" "ber 3 Dinge."),
-            (std::vector<std::string>{"Programme, z. B. Vim.", "\xc3\x9c" "ber 3 Dinge."}));
+  EXPECT_EQ(split_sentences("Programme, z. B. Vim. \xc3\x9c"
+                            "ber 3 Dinge."),
+            (std::vector<std::string>{"Programme, z. B. Vim.",
+                                      "\xc3\x9c"
+                                      "ber 3 Dinge."}));
   EXPECT_EQ(split_sentences("version 1.2 is out. lower case follows."),
             (std::vector<std::string>{"version 1.2 is out. lower case follows."}));
 }
@@ -120,9 +120,8 @@ TEST(DebianDescriptions, SentenceSplitKeepsAbbreviations) {
 TEST(DebianDescriptions, PairsByMd5ThenParagraphThenSentence) {
   DebianDescriptionStats st;
   const auto en = parse_translation_records(kEnglish, "en", &st);
-  const auto de = parse_translation_records(kGerman + record("00000000000000000000000000000000",
-                                                             "de", "Ohne Original"),
-                                            "de", &st);
+  const auto de = parse_translation_records(
+      kGerman + record("00000000000000000000000000000000", "de", "Ohne Original"), "de", &st);
   const ParallelCorpus c = pair_descriptions(en, de, {}, &st);
   const std::vector<std::string> src = {"Puzzle game", "The game is fun.", "It runs on X11.",
                                         "Two players can play.", "Text editor"};
@@ -198,13 +197,15 @@ TEST(DebianDescriptions, Lz4FramesAndTheirCorruption) {
                 [&] { lz4_decompress_if_framed(frame.substr(0, frame.size() - 5), "f", 1 << 20); }),
             "'f': truncated lz4 frame (" + std::to_string(frame.size() - 5) +
                 " bytes read, the frame expects more)");
-  EXPECT_NE(error_of<attn::FormatError>([&] { lz4_decompress_if_framed(frame, "f", 100); })
-                .find("'f' inflates to more than 100 bytes"),
+  EXPECT_NE(error_of<attn::FormatError>([&] {
+              lz4_decompress_if_framed(frame, "f", 100);
+            }).find("'f' inflates to more than 100 bytes"),
             std::string::npos);
   std::string bad = frame;
   bad[4] = static_cast<char>(0xFF);  // frame descriptor flags: version bits wrong
-  EXPECT_NE(error_of<attn::FormatError>([&] { lz4_decompress_if_framed(bad, "f", 1 << 20); })
-                .find("'f': corrupt lz4 frame at byte 0"),
+  EXPECT_NE(error_of<attn::FormatError>([&] {
+              lz4_decompress_if_framed(bad, "f", 1 << 20);
+            }).find("'f': corrupt lz4 frame at byte 0"),
             std::string::npos);
 }
 
@@ -212,8 +213,9 @@ TEST(DebianDescriptions, LoadsAptListsAndNamesWhatIsMissing) {
   const fs::path dir = temp_dir("apt_lists");
   DebianDescriptionOptions o;
   o.directory = dir.string();
-  EXPECT_NE(error_of<attn::IOError>([&] { load_debian_descriptions(o); })
-                .find("apt-get update -o Acquire::Languages=de,en"),
+  EXPECT_NE(error_of<attn::IOError>([&] {
+              load_debian_descriptions(o);
+            }).find("apt-get update -o Acquire::Languages=de,en"),
             std::string::npos);
   write_file(dir / "host_debian_dists_x_main_i18n_Translation-en.lz4", lz4_frame(kEnglish));
   write_file(dir / "host_debian_dists_x_main_i18n_Translation-de", kGerman);  // plain text
@@ -239,7 +241,9 @@ TEST(Dictionary, StripsEveryAnnotationKind) {
 }
 
 TEST(Dictionary, KindsOfPairs) {
-  EXPECT_EQ(classify_dictionary_pair("The cat sleeps.", "Die Katze schl\xc3\xa4" "ft."),
+  EXPECT_EQ(classify_dictionary_pair("The cat sleeps.",
+                                     "Die Katze schl\xc3\xa4"
+                                     "ft."),
             DictKind::kSentence);
   EXPECT_EQ(classify_dictionary_pair("to knife through sth.", "etw. durchschneiden"),
             DictKind::kPattern);
@@ -256,12 +260,12 @@ TEST(Dictionary, AlignsSubEntriesAndCountsWhatItSkips) {
       "Schund {m}; Kitsch {m} :: tripe; rubbish\n"
       "scheinbar {adv} | Das ist nur scheinbar paradox. :: seemingly | This is only seemingly "
       "a paradox.\n"
-      "eins | zwei :: one\n"                 // misaligned
-      "ohne Trenner\n"                       // malformed: no " :: "
-      "a :: b :: c\n"                        // malformed: two
-      "Haus {n :: house\n"                   // malformed: open bracket
-      "kaputt \xff :: broken\n"              // invalid UTF-8
-      "{n} :: [Br.]\n"                       // empty after stripping
+      "eins | zwei :: one\n"     // misaligned
+      "ohne Trenner\n"           // malformed: no " :: "
+      "a :: b :: c\n"            // malformed: two
+      "Haus {n :: house\n"       // malformed: open bracket
+      "kaputt \xff :: broken\n"  // invalid UTF-8
+      "{n} :: [Br.]\n"           // empty after stripping
       "\n";
   DictionaryStats st;
   const auto pairs = parse_dictionary(text, &st);
@@ -414,9 +418,9 @@ TEST(BuiltinCorpus, HeldOutSetsDoNotDependOnTheTrainingMix) {
 }
 
 TEST(BuiltinCorpus, TooFewSentencesIsADataError) {
-  EXPECT_NE(error_of<attn::DataError>(
-                [&] { assemble_builtin_corpus(synthetic_pairs(5), small_options()); })
-                .find("has 3 full sentences; expected at least valid_size + test_size = 22"),
+  EXPECT_NE(error_of<attn::DataError>([&] {
+              assemble_builtin_corpus(synthetic_pairs(5), small_options());
+            }).find("has 3 full sentences; expected at least valid_size + test_size = 22"),
             std::string::npos);
 }
 
@@ -429,8 +433,8 @@ TEST(BuiltinCorpus, MissingSourcesAreNamedAndTheRestUsed) {
   o.dictionary_path = (dir / "de-en").string();
   std::string dict;
   for (int i = 0; i < 40; ++i)
-    dict += "Satz " + std::to_string(i) + " ist gut. :: Sentence " + std::to_string(i) +
-            " is good.\n";
+    dict +=
+        "Satz " + std::to_string(i) + " ist gut. :: Sentence " + std::to_string(i) + " is good.\n";
   write_file(o.dictionary_path, dict);
   BuiltinCorpusStats st;
   const BuiltinCorpus c = load_builtin_corpus(o, &st);

@@ -27,11 +27,8 @@ namespace fs = std::filesystem;
 using namespace attn::translate;
 using attn::testing::error_of;
 using attn::translate::testing::temp_dir;
-using attn::translate::testing::TempCleanup;
 
 namespace {
-
-[[maybe_unused]] const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new TempCleanup);
 
 // A minimal .mo writer, independent of the parser: header, original table, translation table,
 // no hash table, then the strings, each followed by a NUL.

@@ -1,9 +1,10 @@
 // Reading and writing the safetensors format (huggingface/safetensors), so checkpoints move between
 // attn and PyTorch.
 //
-// NOTE: this is the one attn header that needs nlohmann-json (<nlohmann/json.hpp>, CMake package
-// nlohmann_json, target nlohmann_json::nlohmann_json); link it when you include this header or
-// train/checkpoint.hpp / train/averaging.hpp. The rest of attn needs only Eigen.
+// NOTE: this header and the reader it includes, safetensors_header.hpp, are the ones that need
+// nlohmann-json (<nlohmann/json.hpp>, CMake package nlohmann_json); link attn::checkpoint, which
+// brings it, when you include them or train/checkpoint.hpp, averaging.hpp or model_file.hpp. The
+// rest of attn needs only Eigen.
 //
 // Layout of a file:
 //   8 bytes        N, the header length, little-endian unsigned 64-bit
@@ -124,11 +125,11 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-/// Writes `tensors` (in the given order) and `metadata` to `path` atomically (write_file_atomically:
-/// on any failure the temporary file is removed, `path` is left as it was, and IOError is thrown;
-/// the result's warning says when the directory entry could not be made durable).
-/// Names must be unique, non-empty and not "__metadata__"; each entry's byte count must match its
-/// dtype and shape (ConfigError / ShapeError otherwise, before anything is written).
+/// Writes `tensors` (in the given order) and `metadata` to `path` atomically
+/// (write_file_atomically: on any failure the temporary file is removed, `path` is left as it was,
+/// and IOError is thrown; the result's warning says when the directory entry could not be made
+/// durable). Names must be unique, non-empty and not "__metadata__"; each entry's byte count must
+/// match its dtype and shape (ConfigError / ShapeError otherwise, before anything is written).
 inline AtomicWriteResult save_safetensors(const std::string& path,
                                           const std::vector<TensorEntry>& tensors,
                                           const std::map<std::string, std::string>& metadata = {}) {
