@@ -4,9 +4,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "input_stats.hpp"
 #include "mo_catalog_target.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  attn::fuzz::note_input_size(size);
   attn::fuzz::run_mo_catalog(data, size);
   return 0;
 }

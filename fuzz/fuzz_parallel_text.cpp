@@ -1,11 +1,13 @@
-// libFuzzer target: parallel_text (see text_targets.hpp). Build with -DATTN_BUILD_FUZZERS=ON and clang; run
-// scripts/fuzz.sh parallel_text.
+// libFuzzer target: parallel_text (see text_targets.hpp). Build with -DATTN_BUILD_FUZZERS=ON and
+// clang; run scripts/fuzz.sh parallel_text.
 #include <cstddef>
 #include <cstdint>
 
+#include "input_stats.hpp"
 #include "text_targets.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  attn::fuzz::note_input_size(size);
   attn::fuzz::run_parallel_text(data, size);
   return 0;
 }

@@ -30,14 +30,34 @@ enum class TextOutcome { rejected, accepted };
 
 namespace impl {
 
-/// A directory for this process's scratch files, made once.
+/// The files the targets write into the scratch directory.
+inline constexpr const char* kScratchNames[] = {"vocab.txt", "one.txt", "src.txt", "tgt.txt",
+                                                "seed.txt.gz"};
+inline void remove_text_scratch_dir();
+
+/// A directory for this process's scratch files, made once: under $TMPDIR if set, else in memory
+/// (/dev/shm) when there is one. On a disk-backed /tmp, truncating and rewriting the scratch file
+/// on every input cost about 1 ms (the filesystem flushes a file replaced by truncation), which
+/// held vocab and parallel_text near 1,000 executions a second; in /dev/shm they run about 10 times
+/// as fast, reading the same bytes through the same file readers.
 inline const std::string& text_scratch_dir() {
-  static const std::string dir = [] {
+  // Never destroyed: the atexit handler below runs after the destructors of later statics.
+  static const std::string& dir = *new std::string([] {
     const char* tmp = std::getenv("TMPDIR");
-    std::string d = std::string(tmp && *tmp ? tmp : "/tmp") + "/attn_fuzz_text_XXXXXX";
-    return ::mkdtemp(d.data()) ? d : std::string("/tmp");
-  }();
+    std::string base = tmp && *tmp ? tmp : "/tmp";
+    if (!(tmp && *tmp) && ::access("/dev/shm", W_OK | X_OK) == 0) base = "/dev/shm";
+    std::string d = base + "/attn_fuzz_text_XXXXXX";
+    if (!::mkdtemp(d.data())) return std::string("/tmp");
+    std::atexit(remove_text_scratch_dir);  // in memory, a leftover would hold up to a few MB
+    return d;
+  }());
   return dir;
+}
+
+inline void remove_text_scratch_dir() {
+  const std::string& dir = text_scratch_dir();
+  for (const char* name : kScratchNames) ::unlink((dir + "/" + name).c_str());
+  ::rmdir(dir.c_str());
 }
 
 inline std::string scratch_file(const std::string& name, const std::string& bytes) {

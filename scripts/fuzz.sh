@@ -3,12 +3,22 @@
 # ${FUZZ_SECONDS:-60} seconds (inputs up to ${FUZZ_MAX_LEN:-1048576} bytes) on a working copy of its corpus: fuzz/corpus/<target>, the seeds
 # attn_fuzz_make_seeds writes, and (for .mo) a few small catalogs from /usr/share/locale.
 # New inputs stay in build-fuzz/corpus; crashes go to build-fuzz/artifacts/<target>/ and make the
-# script fail. Usage: [FUZZ_SECONDS=60] [JOBS=N] bash scripts/fuzz.sh [target...]
+# script fail. FUZZ_RUNS=N stops each target after N executions instead (FUZZ_SECONDS then only
+# bounds the time, default unbounded); FUZZ_FLAGS adds libFuzzer flags, e.g. -len_control=0 so that
+# inputs grow towards the 1 MB -max_len at once instead of after hours.
+# FUZZ_LARGE chooses the seeds: "all" (default), "no" (without the ~1 MB large_* seeds: a corpus
+# that holds them runs at a few hundred executions a second) or "only" (just the large seeds, in
+# build-fuzz/corpus/<target>-large, to fuzz inputs of close to 1 MB).
+# Usage: [FUZZ_SECONDS=60] [FUZZ_RUNS=N] [FUZZ_FLAGS=...] [JOBS=N] bash scripts/fuzz.sh [target...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
-seconds=${FUZZ_SECONDS:-60}
+runs=${FUZZ_RUNS:-}
+seconds=${FUZZ_SECONDS:-$([ -n "$runs" ] && echo 0 || echo 60)}
+read -r -a extra <<<"${FUZZ_FLAGS:-}"
+[ -z "$runs" ] || extra+=(-runs="$runs")
+large=${FUZZ_LARGE:-all}
 jobs=${JOBS:-$(nproc)}
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(mo_catalog safetensors model_file train_state vocab parallel_text)
@@ -36,11 +46,19 @@ cmake --build "$build" -j"$jobs" --target attn_fuzz_make_seeds "${targets[@]/#/f
 status=0
 for target in "${targets[@]}"; do
   corpus=$build/corpus/$target
+  [ "$large" != only ] || corpus=$build/corpus/$target-large
   artifacts=$build/artifacts/$target
+  log=$build/fuzz_$target.log
+  [ "$large" != only ] || log=$build/fuzz_$target-large.log
   mkdir -p "$corpus" "$artifacts"
-  if [ -d "$root/fuzz/corpus/$target" ]; then cp "$root/fuzz/corpus/$target/"* "$corpus/"; fi
-  for seed in "$build/seeds/$target/"*; do cp "$seed" "$corpus/generated_$(basename "$seed")"; done
-  if [ "$target" = mo_catalog ] && [ -d /usr/share/locale ]; then
+  if [ -d "$root/fuzz/corpus/$target" ] && [ "$large" != only ]; then
+    cp "$root/fuzz/corpus/$target/"* "$corpus/"
+  fi
+  for seed in "$build/seeds/$target/"*; do
+    case "$large:$(basename "$seed")" in no:large_*) continue ;; only:large_*) ;; only:*) continue ;; esac
+    cp "$seed" "$corpus/generated_$(basename "$seed")"
+  done
+  if [ "$target" = mo_catalog ] && [ -d /usr/share/locale ] && [ "$large" != only ]; then
     mapfile -t catalogs < <(find /usr/share/locale -name '*.mo' -size -8k 2>/dev/null | sort)
     for mo in "${catalogs[@]:0:20}"; do
       cp "$mo" "$corpus/system_$(echo "$mo" | md5sum | cut -c1-12).mo"
@@ -48,14 +66,17 @@ for target in "${targets[@]}"; do
   fi
   dict=()
   [ -f "$root/fuzz/$target.dict" ] && dict=(-dict="$root/fuzz/$target.dict")
-  echo "== fuzz_$target for ${seconds}s (corpus $corpus)"
+  echo "== fuzz_$target for ${runs:-unbounded} runs, ${seconds}s (0: unbounded) (corpus $corpus)"
+  start=$(date +%s)
   if ! "$build/fuzz/fuzz_$target" "${dict[@]}" -max_total_time="$seconds" -max_len="$max_len" \
     -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 -artifact_prefix="$artifacts/" \
-    "$corpus" 2>"$build/fuzz_$target.log"; then
+    "${extra[@]}" "$corpus" 2>"$log"; then
     status=1
-    echo "fuzz_$target FAILED; see $build/fuzz_$target.log and $artifacts/" >&2
+    echo "fuzz_$target FAILED; see $log and $artifacts/" >&2
   fi
-  grep -E '^#[0-9]+[[:space:]]+DONE|^stat::number_of_executed_units|^stat::average_exec_per_sec|^stat::peak_rss_mb' \
-    "$build/fuzz_$target.log" || true
+  grep -E '^#[0-9]+[[:space:]]+DONE|^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb|slowest_unit_time_sec|largest_input_bytes|inputs_of_512KiB_or_more)' \
+    "$log" || true
+  echo "wall_seconds: $(($(date +%s) - start)); crash/timeout/oom artifacts: $(ls "$artifacts" | wc -l);" \
+    "largest corpus input: $(find "$corpus" -type f -printf '%s\n' | sort -n | tail -n 1) bytes"
 done
 exit $status
