@@ -10,6 +10,10 @@
 # Environment (defaults in brackets):
 #   PRESETS [small base]  ROUNDS [3]  STEPS [40] updates per run, the second half is timed
 #   MAX_TOKENS [4096]  SRC/TGT [unset: the built-in gettext corpus]  VOCAB [8000]
+#   LINK_MBIT [unset]: the ranks talk over TCP on the loopback device instead of shared memory,
+#     held to this many Mbit/s in each direction by a tc token-bucket filter (root only; removed
+#     at exit), as two machines on such a link would. Both directions of the ring pass through
+#     lo's one queue, so the filter gets twice the rate. Unset: shared memory, as on one machine.
 # A smoke test with tiny settings: PRESETS=tiny STEPS=4 ROUNDS=3 VOCAB=60 MAX_TOKENS=256 \
 #   SRC=train.en TGT=train.de bash scripts/bench_mpi.sh build
 set -euo pipefail
@@ -31,7 +35,25 @@ bin="$build/examples/translate/attn-translate"
 mpirun=(mpirun --allow-run-as-root)
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+cleanup() {
+  rm -rf "$work"
+  [ -z "${LINK_MBIT:-}" ] || tc qdisc del dev lo root 2>/dev/null || true
+}
+trap cleanup EXIT
+link="shared memory"
+if [ -n "${LINK_MBIT:-}" ]; then
+  [[ "$LINK_MBIT" =~ ^[0-9]+$ ]] && (( LINK_MBIT > 0 )) || {
+    echo "LINK_MBIT must be a positive whole number of Mbit/s, got '$LINK_MBIT'" >&2; exit 1; }
+  command -v tc >/dev/null || { echo "LINK_MBIT needs tc (iproute2)" >&2; exit 1; }
+  tc qdisc show dev lo | grep -q '^qdisc noqueue' || {
+    echo "lo already has a queueing discipline; not replacing it" >&2; exit 1; }
+  # burst: 10 ms of traffic at the rate (at least the 64 KiB of one loopback packet)
+  burst=$(( LINK_MBIT * 2 * 1000000 / 8 / 100 ))
+  (( burst >= 65536 )) || burst=65536
+  tc qdisc add dev lo root tbf rate "$(( LINK_MBIT * 2 ))mbit" burst "$burst" latency 100ms
+  mpirun+=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo)
+  link="TCP over loopback held to $LINK_MBIT Mbit/s per direction"
+fi
 data=()
 [ -n "${SRC:-}" ] && data=(--src "$SRC" --tgt "${TGT:?TGT goes with SRC}")
 
@@ -58,7 +80,8 @@ run() {  # run <preset> <config> <round>: prints tokens/s
   tokens_per_second "$log"
 }
 
-echo "## attn $(git rev-parse --short HEAD), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
+echo "## attn $(git rev-parse --short HEAD), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores;" \
+  "ranks linked by $link"
 echo "| preset | 1 rank x 2 threads, tok/s | 2 ranks x 1 thread, tok/s | 2x1 / 1x2 |" \
   "2x1 summing after backward, tok/s | overlapped / after | rounds |"
 echo "|---|---|---|---|---|---|---|"
