@@ -185,20 +185,13 @@ class MultiHeadAttention : public Module<T> {
     const AttentionMask<T> all;
     // The sentences in parallel (each call then runs on its thread): one sentence's heads are too
     // little work to wake a thread team for.
-    [[maybe_unused]] const bool parallel =
-        B > 1 && B * h_ * S * k_ >= kernels::kAttentionParallelMinWork;
-    RegionErrors errors;
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (parallel)
-#endif
-    for (Index b = 0; b < B; ++b)
-      errors.run([&] {
-        dispatch_forward(attn_.data() + b * d_, d_, lse_.data() + b * h_,
-                         keep_weights_ ? weights_.data() + b * h_ * S : nullptr,
-                         qkv_.data() + b * 3 * d_, 3 * d_, cache.keys.data() + b * cap * d_, d_,
-                         cache.values.data() + b * cap * d_, d_, one, all, {});
-      });
-    errors.rethrow();
+    const Index per_sentence = B > 1 ? h_ * S * k_ : 0;
+    parallel_for(B, per_sentence, kernels::kAttentionParallelMinWork - 1, [&](Index b) {
+      dispatch_forward(attn_.data() + b * d_, d_, lse_.data() + b * h_,
+                       keep_weights_ ? weights_.data() + b * h_ * S : nullptr,
+                       qkv_.data() + b * 3 * d_, 3 * d_, cache.keys.data() + b * cap * d_, d_,
+                       cache.values.data() + b * cap * d_, d_, one, all, {});
+    });
     return out_proj.forward(attn_);
   }
 
