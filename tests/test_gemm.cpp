@@ -2,6 +2,7 @@
 // the CPU has it) and the Eigen fallback. Each is checked against the definition (gemm_naive summed
 // in long double) on odd shapes, every operand layout a Transformer step uses, accumulation and the
 // epilogue, and for bitwise equality between 1 and 2 threads.
+#include "attn/kernels/activation.hpp"
 #include "attn/kernels/dropout.hpp"
 #include "attn/kernels/gemm.hpp"
 
@@ -313,6 +314,45 @@ TEST_F(Gemm, DropoutInTheEpilogueIsTheSeparateDropout) {
         kernels::dropout_forward(separate.data(), separate.data(), M * N, p, key);
         EXPECT_TRUE((fused.array() == separate.array()).all());
         EXPECT_GT((fused.array() == 0).count(), M * N / 4) << "ReLU and dropout both zero some";
+      }
+  }
+}
+
+// The gate in the epilogue (FeedForward's backward): dx = dy W gated by the hidden output h =
+// dropout(relu(.)) is, bit for bit, the product followed by the dropout's and the ReLU's backward
+// passes, on every path, for few-row, tail-block and multi-block products, on 1 and 2 threads, with
+// a gate whose rows are further apart than c's (NaN between them, which a stray read would spread).
+TEST_F(Gemm, GateInTheEpilogueIsTheDropoutAndReluBackward) {
+  const Index K = 70, N = 300;
+  const double p = 0.3;
+  const std::uint64_t key = 78;
+  const float scale = static_cast<float>(1.0 / (1.0 - p));
+  for (kernels::GemmPath path : available_paths()) {
+    kernels::set_gemm_path(path);
+    for (Index M : {7, 32, 100, 513})
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(::testing::Message()
+                     << name_of(path) << ", M=" << M << ", " << threads << " threads");
+        set_num_threads(threads);
+        const auto dy = random_matrix<float>(M, K, 41), w = random_matrix<float>(K, N, 42);
+        // h = dropout(relu(.)), kept in the left N columns of a wider matrix (NaN beyond).
+        RowMatrix<float> h = random_matrix<float>(M, N, 43).cwiseMax(0.0f);
+        kernels::dropout_forward(h.data(), h.data(), M * N, p, key);
+        RowMatrix<float> wide =
+            RowMatrix<float>::Constant(M, N + 5, std::numeric_limits<float>::quiet_NaN());
+        wide.leftCols(N) = h;
+        kernels::Epilogue<float> gate;
+        gate.gate = wide.data();
+        gate.gate_stride = N + 5;
+        gate.gate_scale = scale;
+        RowMatrix<float> fused(M, N), separate(M, N);
+        kernels::gemm(fused, dy, w, false, gate);
+        kernels::gemm(separate, dy, w, false);
+        kernels::dropout_backward(separate.data(), separate.data(), M * N, p, key);
+        kernels::relu_backward(separate.data(), separate.data(), h.data(), M * N);
+        EXPECT_TRUE((fused.array() == separate.array()).all());
+        EXPECT_GT((fused.array() == 0).count(), M * N / 3) << "the gate zeroes some";
+        EXPECT_GT((fused.array() != 0).count(), M * N / 4) << "and passes some";
       }
   }
 }

@@ -102,6 +102,13 @@ struct Epilogue {
   bool relu = false;        // c = max(0, c) after the bias
   double dropout = 0;       // then dropout (kernels/dropout.hpp) with this probability and key,
   std::uint64_t dropout_key = 0;  // element (i, j) of c being element i N + j of the mask
+  // Or (not with the above) a gate: c(i, j) = gate(i, j) > 0 ? c(i, j) gate_scale : 0, for gate
+  // [M, N] with row stride gate_stride. It is the backward of y = dropout(max(0, x)) from y (y > 0
+  // exactly where the ReLU passed and the dropout kept; gate_scale 1 / (1 - p), or 1 without
+  // dropout), applied as dx = dy W is stored instead of in two passes of its own.
+  const T* gate = nullptr;
+  Index gate_stride = 0;
+  T gate_scale = 1;
 };
 
 namespace detail {
@@ -157,6 +164,10 @@ void apply_epilogue(Dst& c, const Epilogue<T>& epi) {
         c(i, j) = uniform_at(epi.dropout_key, flat) < epi.dropout ? T(0) : c(i, j) * scale;
       }
   }
+  if (epi.gate != nullptr)
+    for (Index i = 0; i < c.rows(); ++i)
+      for (Index j = 0; j < c.cols(); ++j)
+        c(i, j) = epi.gate[i * epi.gate_stride + j] > T(0) ? c(i, j) * epi.gate_scale : T(0);
 }
 
 /// Runs the product on the AVX-512 path if it applies (float, operands in memory, c with
@@ -177,13 +188,15 @@ bool try_gemm_avx512(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const 
                                         bv->col_stride};
     const double work = static_cast<double>(c.rows()) * static_cast<double>(c.cols()) *
                         static_cast<double>(a.cols());
-    const GemmEpilogue fused{epi.bias, epi.relu, epi.dropout, epi.dropout_key};
+    const GemmEpilogue fused{epi.bias,     epi.relu,        epi.dropout,   epi.dropout_key,
+                             epi.gate,     epi.gate_stride, epi.gate_scale};
     if (c.rows() < kGemmPackedMinRows) {
       if (!gemm_small_rows(ac, bc, *cv, accumulate, fused,
                            work >= kGemmSmallParallelMinWork ? num_threads() : 1))
         return false;
       if (epi.dropout > 0)
         dropout_rows(cv->data, cv->rows, cv->cols, cv->row_stride, 0, epi.dropout, epi.dropout_key);
+      apply_gate(*cv, fused);
       return true;
     }
     gemm_packed(ac, bc, *cv, accumulate, fused, work >= kGemmParallelMinWork ? num_threads() : 1,
@@ -224,9 +237,11 @@ template <class Dst, class Lhs, class Rhs, class T = typename std::decay_t<Dst>:
 void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T>& epi = {},
           bool constant_b = false) {
   ATTN_ASSERT(a.rows() == c.rows() && b.cols() == c.cols() && a.cols() == b.rows());
+  ATTN_ASSERT(epi.gate == nullptr || (epi.bias == nullptr && !epi.relu && epi.dropout == 0));
   if (detail::try_gemm_avx512(c, a, b, accumulate, epi, constant_b)) return;
   detail::gemm_eigen(c, a, b, accumulate);
-  if (epi.bias != nullptr || epi.relu || epi.dropout > 0) detail::apply_epilogue(c, epi);
+  if (epi.bias != nullptr || epi.relu || epi.dropout > 0 || epi.gate != nullptr)
+    detail::apply_epilogue(c, epi);
 }
 
 }  // namespace attn::kernels

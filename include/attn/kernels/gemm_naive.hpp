@@ -21,6 +21,8 @@ void gemm_naive(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate,
       if (epi.bias != nullptr) s += static_cast<Sum>(epi.bias[j]);
       if (epi.relu && s < Sum(0)) s = Sum(0);
       c(i, j) = static_cast<T>(s);
+      if (epi.gate != nullptr)
+        c(i, j) = epi.gate[i * epi.gate_stride + j] > T(0) ? c(i, j) * epi.gate_scale : T(0);
     }
 }
 

@@ -40,10 +40,13 @@ void linear_forward(MatrixRef<T> y, const ConstMatrixRef<T>& x, const ConstMatri
 ///   dx  = dy W          (overwritten; skipped when dx has no rows, i.e. not wanted)
 ///   dW += dy^T x        (accumulated)
 ///   db += sum_rows(dy)  (accumulated; skipped when db is null)
+/// With `dx_gate` (its gate fields only), dx is gated as it is stored (Epilogue::gate): the
+/// backward of a ReLU and dropout in front of this layer, fused.
 template <class T>
 void linear_backward(MatrixRef<T> dx, MatrixRef<T> dw, T* db, const ConstMatrixRef<T>& dy,
-                     const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w) {
-  if (dx.rows() > 0) gemm(dx, dy, w, false);
+                     const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w,
+                     const Epilogue<T>& dx_gate = {}) {
+  if (dx.rows() > 0) gemm(dx, dy, w, false, dx_gate);
   gemm(dw, dy.transpose(), x, true);
   if (db != nullptr) add_column_sums(db, dy);
 }

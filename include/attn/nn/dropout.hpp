@@ -56,8 +56,7 @@ class Dropout : public Module<T> {
   /// dy [...] -> dx [...], with the mask of the last forward (a handle to dy when it was the
   /// identity).
   const Tensor<T>& backward(const Tensor<T>& dy) {
-    ATTN_CHECK(dy.shape() == shape_, ShapeError, "Dropout::backward: expected dy of shape ", shape_,
-               ", got ", dy.shape());
+    check_backward_shape(dy.shape());
     if (!active_) {
       passthrough_ = dy;
       return passthrough_;
@@ -68,6 +67,14 @@ class Dropout : public Module<T> {
   }
 
   double p() const { return p_; }
+  /// What backward multiplies kept elements by: 1 / (1 - p) after an active forward, else 1.
+  T backward_scale() const { return active_ ? static_cast<T>(1.0 / (1.0 - p_)) : T(1); }
+  /// For a caller that applies this dropout's backward inside a fused kernel (FeedForward): checks
+  /// dy's shape as backward does.
+  void check_backward_shape(const Shape& dy) const {
+    ATTN_CHECK(dy == shape_, ShapeError, "Dropout::backward: expected dy of shape ", shape_,
+               ", got ", dy);
+  }
   const std::shared_ptr<RandomState>& random_state() const { return state_; }
 
  protected:

@@ -49,8 +49,13 @@ class FeedForward : public Module<T> {
 
   /// dy [..., D] -> dx [..., D]; accumulates the gradients of both Linear layers.
   const Tensor<T>& backward(const Tensor<T>& dy) {
-    const Tensor<T>& dh = dropout_.backward(linear2.backward(dy));  // [..., F]
-    return linear1.backward(relu_.backward(dh));
+    // The dropout's and the ReLU's backward are applied as linear2's dx is stored: they give
+    // dh * scale where h > 0 (the ReLU passed and the dropout kept) and 0 elsewhere, the same
+    // bits as the two passes of the separate modules.
+    const Tensor<T>& h = relu_.output();
+    dropout_.check_backward_shape(h.shape());
+    const Tensor<T>& dh = linear2.backward(dy, &h, dropout_.backward_scale());  // [..., F]
+    return linear1.backward(dh);
   }
 
   Index d_model() const { return linear1.in_features(); }

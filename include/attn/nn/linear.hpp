@@ -45,13 +45,27 @@ class Linear : public Module<T> {
   }
 
   /// dy [..., O] -> dx [..., I]; accumulates weight.grad and bias.grad.
-  const Tensor<T>& backward(const Tensor<T>& dy) {
+  const Tensor<T>& backward(const Tensor<T>& dy) { return backward(dy, nullptr, T(1)); }
+
+  /// The same, with dx gated as it is stored: dx = gate > 0 ? dx * gate_scale : 0 for `gate` of
+  /// the input's shape. With gate = a ReLU's (and dropout's) output x and gate_scale 1 / (1 - p),
+  /// this is the backward of those too, fused (FeedForward).
+  const Tensor<T>& backward(const Tensor<T>& dy, const Tensor<T>* gate, T gate_scale) {
     ATTN_CHECK(dy.shape() == y_.shape(), ShapeError, "Linear::backward: expected dy of shape ",
                y_.shape(), ", got ", dy.shape());
+    ATTN_CHECK(gate == nullptr || gate->shape() == x_.shape(), ShapeError,
+               "Linear::backward: expected a gate of shape ", x_.shape(), ", got ",
+               gate == nullptr ? Shape() : gate->shape());
     dx_.resize(x_.shape());
+    kernels::Epilogue<T> dx_gate;
+    if (gate != nullptr) {
+      dx_gate.gate = gate->data();
+      dx_gate.gate_stride = in_;
+      dx_gate.gate_scale = gate_scale;
+    }
     kernels::linear_backward<T>(dx_.matrix(), weight.grad.matrix(),
                                 has_bias_ ? bias.grad.data() : nullptr, dy.matrix(), x_.matrix(),
-                                weight.value.matrix());
+                                weight.value.matrix(), dx_gate);
     return dx_;
   }
 

@@ -24,6 +24,9 @@ class ReLU : public Module<T> {
     return out_;
   }
 
+  /// The last output (forward's or adopted); backward's mask is where it is > 0.
+  const Tensor<T>& output() const { return out_; }
+
   /// dy [...] -> dx [...] = dy where y > 0, else 0.
   const Tensor<T>& backward(const Tensor<T>& dy) {
     ATTN_CHECK(dy.shape() == out_.shape(), ShapeError, "ReLU::backward: expected dy of shape ",

@@ -46,6 +46,9 @@ struct GemmEpilogue {
   bool relu = false;              // max(0, .) after the bias
   double dropout = 0;             // then dropout with this probability (kernels/dropout.hpp) ...
   std::uint64_t dropout_key = 0;  // ... and key, element (i, j) being element i N + j
+  const float* gate = nullptr;    // [M, N], row stride gate_stride, or null: last, c(i, j) =
+  Index gate_stride = 0;          // gate(i, j) > 0 ? c(i, j) gate_scale : 0 (the backward of a
+  float gate_scale = 1;           // ReLU and a dropout, from their output)
 };
 
 /// How the micro-kernel reads its kMR rows of A over the kc steps of k: element (i, k) of the
@@ -66,7 +69,7 @@ struct APanel {
 template <int MR, ALayout L>
 ATTN_TARGET_AVX512 void micro_tile(Index kc, const APanel& a, const float* b, float* c, Index ldc,
                                    Index nc, bool from_zero, bool last, const GemmEpilogue& epi,
-                                   Index col0) {
+                                   Index row0, Index col0) {
   const __mmask16 m0 = lane_mask(nc), m1 = lane_mask(nc - 16);
   __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 12
@@ -109,6 +112,17 @@ ATTN_TARGET_AVX512 void micro_tile(Index kc, const APanel& a, const float* b, fl
       }
     }
   }
+  if (last && epi.gate != nullptr) {
+    const float* g = epi.gate + row0 * epi.gate_stride + col0;
+    const __m512 scale = _mm512_set1_ps(epi.gate_scale), zero = _mm512_setzero_ps();
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      const __m512 g0 = _mm512_maskz_loadu_ps(m0, g + i * epi.gate_stride);
+      const __m512 g1 = _mm512_maskz_loadu_ps(m1, g + i * epi.gate_stride + 16);
+      acc0[i] = _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(g0, zero, _CMP_GT_OQ), acc0[i], scale);
+      acc1[i] = _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(g1, zero, _CMP_GT_OQ), acc1[i], scale);
+    }
+  }
 #pragma GCC unroll 12
   for (int i = 0; i < MR; ++i) {
     _mm512_mask_storeu_ps(c + i * ldc, m0, acc0[i]);
@@ -121,11 +135,12 @@ ATTN_TARGET_AVX512 void micro_tile(Index kc, const APanel& a, const float* b, fl
 template <ALayout L>
 ATTN_TARGET_AVX512 inline void micro_tile_rows(int rows, Index kc, const APanel& a, const float* b,
                                                float* c, Index ldc, Index nc, bool from_zero,
-                                               bool last, const GemmEpilogue& epi, Index col0) {
+                                               bool last, const GemmEpilogue& epi, Index row0,
+                                               Index col0) {
   switch (rows) {
 #define ATTN_GEMM_ROWS(R) \
   case R:                 \
-    return micro_tile<R, L>(kc, a, b, c, ldc, nc, from_zero, last, epi, col0);
+    return micro_tile<R, L>(kc, a, b, c, ldc, nc, from_zero, last, epi, row0, col0);
     ATTN_GEMM_ROWS(12);
     ATTN_GEMM_ROWS(11);
     ATTN_GEMM_ROWS(10);

@@ -74,7 +74,8 @@ ATTN_TARGET_AVX512 void gemm_block_depth(const StridedMatrix<const float>& a, co
                             ? APanel{packed_a + p * kc, 1, kMR}
                             : APanel{&a(blk.i0 + p, k0), a.row_stride, a.col_stride};
       micro_tile_rows<L>(static_cast<int>(std::min<Index>(kMR, blk.mc - p)), kc, ap, bq,
-                         &c(blk.i0 + p, j0), c.row_stride, nc, from_zero, last, epi, j0);
+                         &c(blk.i0 + p, j0), c.row_stride, nc, from_zero, last, epi, blk.i0 + p,
+                         j0);
     }
   }
 }
@@ -158,6 +159,14 @@ struct GemmTasks {
   }
 };
 
+/// The epilogue's gate over all of c, for the paths that apply it after the product.
+inline void apply_gate(StridedMatrix<float> c, const GemmEpilogue& epi) {
+  if (epi.gate == nullptr) return;
+  for (Index i = 0; i < c.rows; ++i)
+    for (Index j = 0; j < c.cols; ++j)
+      c(i, j) = epi.gate[i * epi.gate_stride + j] > 0.0f ? c(i, j) * epi.gate_scale : 0.0f;
+}
+
 /// C = A B with an empty inner dimension: C (or C + 0 when accumulating), then the epilogue.
 inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const GemmEpilogue& epi) {
   for (Index i = 0; i < c.rows; ++i)
@@ -169,6 +178,7 @@ inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const Gemm
     }
   if (epi.dropout > 0)
     dropout_rows(c.data, c.rows, c.cols, c.row_stride, 0, epi.dropout, epi.dropout_key);
+  apply_gate(c, epi);
 }
 
 /// c (=, or += when accumulate) a b, then the epilogue; c [M, N] must have unit column stride.
