@@ -155,11 +155,11 @@ TEST_F(Gemm, TasksCoverEveryElementOnceAndGiveEveryThreadWork) {
   using kernels::detail::kNC;
   using kernels::detail::kNR;
   for (const auto& [M, N] : std::vector<std::pair<Index, Index>>{
-           {1, 1}, {16, 512}, {32, 1536}, {32, 8000}, {100, 64}, {2048, 512}, {2048, 8000}})
+           {1, 1}, {16, 512}, {32, 1536}, {32, 8000}, {100, 64}, {256, 1024}, {2048, 512}, {2048, 8000}})
     for (int threads : {1, 2}) {
       SCOPED_TRACE(::testing::Message()
                    << "M=" << M << " N=" << N << ", " << threads << " threads");
-      const GemmTasks tasks(M, N, threads);
+      const GemmTasks tasks(M, N, 512, threads);
       std::vector<int> covered(static_cast<std::size_t>(M * N), 0);
       for (Index t = 0; t < tasks.count(); ++t) {
         const auto blk = tasks.block(t);

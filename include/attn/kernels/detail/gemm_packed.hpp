@@ -38,6 +38,9 @@ inline float* pack_buffer(PackSlot slot, Index floats) {
   return buf.data;
 }
 
+/// Panels of B per packing task when B's rows are contiguous (pack_b_panels): 512 bytes of each row.
+inline constexpr Index kPackPanels = 4;
+
 /// The packed form of B: kKC-deep blocks, each `panels` panels of kc x kNR.
 struct PackedB {
   const float* data;
@@ -110,52 +113,64 @@ ATTN_TARGET_AVX512 inline void gemm_block(const StridedMatrix<const float>& a, c
   }
 }
 
-/// How the rows of C are cut into blocks handed out to the threads: kMC rows each, except the last
-/// rows (between 1 and 2 kMC blocks' worth per thread), which go in blocks of kTailRows so that the
-/// threads finish together (with 96-row blocks only, a 512-row product on 2 threads was split
-/// 288 / 224). The cut never changes a result: each element of C is summed the same way in any
-/// block.
-struct RowBlocks {
-  static constexpr Index kTailRows = 2 * kMR;
-  Index head = 0;  // blocks of kMC rows first
-  Index count = 0;
-  Index rows = 0;
-
-  RowBlocks(Index M, int threads) : rows(M) {
-    const Index tail_min = threads > 1 ? Index(threads) * kMC : 0;
-    head = M > tail_min ? (M - tail_min) / kMC : 0;
-    const Index tail = M - head * kMC;
-    count = head + (tail + kTailRows - 1) / kTailRows;
-    if (threads <= 1) count = head = (M + kMC - 1) / kMC;
-  }
-  Index start(Index r) const { return r < head ? r * kMC : head * kMC + (r - head) * kTailRows; }
-  Index size(Index r) const { return std::min<Index>(r < head ? kMC : kTailRows, rows - start(r)); }
-};
-
-/// The tasks of one product: blocks of rows times blocks of at most kNC columns, column blocks
-/// outermost, so that the threads sweep all rows against one block of B (which stays in cache)
-/// before the next. A product of few rows is also cut by columns, into about kTasksPerThread tasks
-/// per thread, so that every thread has work (one decoding step has one row per sentence).
+/// The tasks of one product, blocks of C handed out to the threads as they come free:
+///   - head: blocks of kMC rows by at most kNC columns, column blocks outermost, so that the
+///     threads sweep all rows against one block of B (which stays in cache) before the next;
+///   - tail (on several threads): the last rows, between 1 and 2 kMC blocks' worth per thread, in
+///     blocks of at most kMC rows by kTailPanels or fewer panels, so that the threads finish
+///     together. Narrow, not short: a block of 24 rows by 1024 columns (the tail before) passed each
+///     B panel to only two micro-tiles, and products of few rows (a weight gradient of 256 rows by
+///     1024 columns) ran at 63% of the FMA peak streaming B from L3; a product of few rows is
+///     all tail, cut by columns into about kTasksPerThread tasks per thread.
+/// The cut never changes a result: each element of C is summed the same way in any block.
 struct GemmTasks {
   static constexpr Index kTasksPerThread = 4;
-  static constexpr Index kMinPanels = 2;  // a task's columns: at least 64
-  RowBlocks rows;
-  Index panels, nc_panels, col_blocks;
+  static constexpr Index kMinPanels = 2;   // a tail task's columns: at least 64, unless heavy
+  static constexpr Index kTailPanels = 4;  // and at most 128
+  static constexpr double kTailTaskWork = 1 << 23;  // multiply-adds: above, a tail task is heavy
+  Index rows, panels;
+  Index head_blocks = 0, nc_panels = 0, col_blocks = 0;  // head: row blocks, panels per column block
+  Index tail_blocks = 0, tail_rows = 0, tail_panels = 0, tail_col_blocks = 0;
 
-  GemmTasks(Index M, Index N, int threads) : rows(M, threads), panels((N + kNR - 1) / kNR) {
+  GemmTasks(Index M, Index N, Index K, int threads) : rows(M), panels(ceil_div(N, kNR)) {
     nc_panels = std::min(panels, kNC / kNR);
-    const Index wanted = threads > 1 ? Index(threads) * kTasksPerThread : 1;
-    if (rows.count * ceil_div(panels, nc_panels) < wanted) {
-      const Index split = ceil_div(wanted, rows.count);
-      nc_panels = std::min(nc_panels, std::max(kMinPanels, ceil_div(panels, split)));
-    }
     col_blocks = ceil_div(panels, nc_panels);
+    if (threads <= 1) {
+      head_blocks = ceil_div(M, kMC);
+      return;
+    }
+    const Index tail_min = Index(threads) * kMC;
+    head_blocks = M > tail_min ? (M - tail_min) / kMC : 0;
+    const Index tail = M - head_blocks * kMC;
+    tail_blocks = ceil_div(tail, kMC);
+    tail_rows = ceil_div(ceil_div(tail, tail_blocks), kMR) * kMR;
+    tail_blocks = ceil_div(tail, tail_rows);
+    const Index wanted = Index(threads) * kTasksPerThread;
+    // Narrower tail tasks until every thread has a few, and until none is heavy (a weight
+    // gradient summed over 2048 tokens: one 96 x 128 task is 25 M multiply-adds, and with 256 rows
+    // the threads got 5 and 4 of 9 such tasks).
+    const auto heavy = [&](Index p) {
+      return static_cast<double>(tail_rows * p * kNR) * static_cast<double>(K) > kTailTaskWork;
+    };
+    tail_panels = std::min(kTailPanels, panels);
+    while (tail_panels > 1 && (heavy(tail_panels) || (tail_panels > kMinPanels &&
+                                                      tail_blocks * ceil_div(panels, tail_panels) <
+                                                          wanted)))
+      --tail_panels;
+    tail_col_blocks = ceil_div(panels, tail_panels);
   }
   static Index ceil_div(Index x, Index y) { return (x + y - 1) / y; }
-  Index count() const { return rows.count * col_blocks; }
+  Index head_tasks() const { return head_blocks * col_blocks; }
+  Index count() const { return head_tasks() + tail_blocks * tail_col_blocks; }
   CBlock block(Index t) const {
-    const Index r = t % rows.count, q0 = t / rows.count * nc_panels;
-    return {rows.start(r), rows.size(r), q0, std::min(q0 + nc_panels, panels)};
+    if (t < head_tasks()) {
+      const Index i0 = t % head_blocks * kMC, q0 = t / head_blocks * nc_panels;
+      return {i0, std::min(kMC, rows - i0), q0, std::min(q0 + nc_panels, panels)};
+    }
+    t -= head_tasks();
+    const Index i0 = head_blocks * kMC + t % tail_blocks * tail_rows;
+    const Index q0 = t / tail_blocks * tail_panels;
+    return {i0, std::min(tail_rows, rows - i0), q0, std::min(q0 + tail_panels, panels)};
   }
 };
 
@@ -196,17 +211,24 @@ inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix
 #if defined(_OPENMP)
   if (omp_in_parallel()) threads = 1;
 #endif
-  const GemmTasks tasks(M, N, threads);
+  const GemmTasks tasks(M, N, K, threads);
   threads = static_cast<int>(std::min<Index>(threads, tasks.count()));
   const Index panels = tasks.panels, kblocks = (K + kKC - 1) / kKC;
   const auto [cached, first_use] =
       constant_b ? cached_packing(b, K * panels * kNR) : std::pair<float*, bool>{nullptr, false};
   const PackedB packed_b{cached != nullptr ? cached : pack_buffer(PackSlot::b, K * panels * kNR),
                          panels};
-  const Index pack_tasks = cached == nullptr || first_use ? kblocks * panels : 0;
+  // B with contiguous rows is packed kPackPanels panels at a time, row by row (pack_b_panels);
+  // other layouts a panel at a time.
+  const bool by_rows = b.col_stride == 1;
+  const Index group = by_rows ? kPackPanels : 1, per_block = (panels + group - 1) / group;
+  const Index pack_tasks = cached == nullptr || first_use ? kblocks * per_block : 0;
   const auto pack_task = [&](Index t) {
-    const Index k0 = (t / panels) * kKC, q = t % panels, kc = std::min<Index>(kKC, K - k0);
-    pack_b_panel(b, k0, kc, q, const_cast<float*>(packed_b.panel(k0, kc, q)));
+    const Index k0 = (t / per_block) * kKC, q0 = t % per_block * group;
+    const Index kc = std::min<Index>(kKC, K - k0);
+    float* block = const_cast<float*>(packed_b.panel(k0, kc, 0));
+    if (by_rows) return pack_b_panels(b, k0, kc, q0, std::min(q0 + group, panels), block);
+    pack_b_panel(b, k0, kc, q0, block + q0 * kc * kNR);
   };
   const bool packs_a = a_layout(a) == ALayout::packed;
   const Index work_tasks = tasks.count();
