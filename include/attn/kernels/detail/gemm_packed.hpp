@@ -61,6 +61,23 @@ inline ALayout a_layout(const StridedMatrix<const float>& a) {
   return a.col_stride == 1 ? ALayout::rows : a.row_stride == 1 ? ALayout::columns : ALayout::packed;
 }
 
+/// Prefetches into L1 the rows of the C tile gemm_block_depth computes after tile (p, q) of `blk`:
+/// the next row panel, or the first of the next column panel. Where C is read back, its rows wait
+/// in L3 or memory (a whole depth block of the task has passed since), and the tile's 24 loads
+/// stalled its FMAs: with this, A^T B at 2048 x 512 x 8000 went from 48-52 to 43-46 ms, at 2048
+/// x 512 x 2048 from 12.6-13.3 to 11.6-12.7 ms (2 threads, alternating runs).
+ATTN_TARGET_AVX512 inline void prefetch_next_c_tile(const StridedMatrix<float>& c,
+                                                    const CBlock& blk, Index p, Index q) {
+  const bool same_q = p + kMR < blk.mc;
+  const Index np = same_q ? p + kMR : 0, nq = same_q ? q : q + 1;
+  if (nq >= blk.q1) return;
+  const float* row = &c(blk.i0 + np, nq * kNR);
+  for (Index r = 0, rows = std::min<Index>(kMR, blk.mc - np); r < rows; ++r, row += c.row_stride) {
+    _mm_prefetch(reinterpret_cast<const char*>(row), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(row + 16), _MM_HINT_T0);
+  }
+}
+
 /// The kMR-row panels of one kKC block of C's block: each A panel (in place or packed) against
 /// each of the block's B panels.
 template <ALayout L>
@@ -73,6 +90,9 @@ ATTN_TARGET_AVX512 void gemm_block_depth(const StridedMatrix<const float>& a, co
     const Index j0 = q * kNR, nc = std::min<Index>(kNR, N - j0);
     const float* bq = b.panel(k0, kc, q);
     for (Index p = 0; p < blk.mc; p += kMR) {
+      // C is read back (a later depth block, or accumulating): fetch the next tile's rows while
+      // this one computes, so that its first FMAs need not wait for them.
+      if (!from_zero) prefetch_next_c_tile(c, blk, p, q);
       const APanel ap = L == ALayout::packed
                             ? APanel{packed_a + p * kc, 1, kMR}
                             : APanel{&a(blk.i0 + p, k0), a.row_stride, a.col_stride};
