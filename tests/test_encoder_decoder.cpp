@@ -144,21 +144,14 @@ TEST_P(LayerGrad, TrainingModeDropoutGradients) {
   dec.train();
   Tensor<double> x = randn({2, 3, D}, 13), memory = randn({2, 4, D}, 14);
   const auto src = KeyPaddingMask::from_lengths({3, 2}, 3);
-  auto res = testing::check_module(
-      enc, {{"x", x}},
-      [&] {
-        state->counter = 0;
-        return enc.forward(x, src);
-      },
+  auto res = testing::check_module_fixed_dropout(
+      enc, *state, {{"x", x}}, [&] { return enc.forward(x, src); },
       [&](const Tensor<double>& dy) { return std::vector<Tensor<double>>{enc.backward(dy)}; });
   EXPECT_GRADIENTS_MATCH(res);
   const auto mem = KeyPaddingMask::from_lengths({4, 3}, 4);
-  res = testing::check_module(
-      dec, {{"y", x}, {"memory", memory}},
-      [&] {
-        state->counter = 0;
-        return dec.forward(x, memory, KeyPaddingMask(), mem);
-      },
+  res = testing::check_module_fixed_dropout(
+      dec, *state, {{"y", x}, {"memory", memory}},
+      [&] { return dec.forward(x, memory, KeyPaddingMask(), mem); },
       [&](const Tensor<double>& dy) {
         const Tensor<double>& dy_in = dec.backward(dy);
         return std::vector<Tensor<double>>{dy_in, dec.dmemory()};

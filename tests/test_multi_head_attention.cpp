@@ -88,18 +88,13 @@ TEST_P(MhaKernel, TrainingModeAttentionDropoutGradients) {
   Tensor<double> memory = randn({2, 3, D}, 8);
   const auto mask = padding({4, 3}, 4, true);
   // Each forward draws a key; resetting the counter repeats the same dropout mask every time.
-  auto self = testing::check_module(
-      mha, {{"x", x}},
-      [&] {
-        state->counter = 0;
-        return mha.forward_self(x, mask);
-      },
+  auto self = testing::check_module_fixed_dropout(
+      mha, *state, {{"x", x}}, [&] { return mha.forward_self(x, mask); },
       [&](const Tensor<double>& dy) { return std::vector<Tensor<double>>{mha.backward(dy)}; });
   EXPECT_GRADIENTS_MATCH(self);
-  auto cross = testing::check_module(
-      mha, {{"x", x}, {"memory", memory}},
+  auto cross = testing::check_module_fixed_dropout(
+      mha, *state, {{"x", x}, {"memory", memory}},
       [&] {
-        state->counter = 0;
         return mha.forward_cross(x, memory, padding({3, 1}, 3));
       },
       [&](const Tensor<double>& dy) {
