@@ -134,8 +134,7 @@ void Shapes(benchmark::internal::Benchmark* b) {
   for (int threads : {1, 2})
     for (auto bl : {std::pair<int, int>{32, 64}, {16, 128}, {8, 256}, {4, 512}, {1, 1024}})
       b->Args({bl.first, bl.second, threads});
-  b->UseRealTime()->Unit(benchmark::kMillisecond);
-  attn_bench::best_statistics(b);
+  attn_bench::wall_clock_ms(b);
 }
 
 BENCHMARK_TEMPLATE(BM_Attention, false, false)->Name("naive_fwd")->Apply(Shapes);

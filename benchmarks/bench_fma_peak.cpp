@@ -34,8 +34,6 @@ BENCHMARK(BM_FmaPeak)
     ->ArgName("threads")
     ->Arg(1)
     ->Arg(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond)
-    ->Apply(attn_bench::best_statistics);
+    ->Apply(attn_bench::wall_clock_ms);
 
 ATTN_BENCHMARK_MAIN();

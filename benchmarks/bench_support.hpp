@@ -40,16 +40,17 @@ inline double peak_rss_mib() {
 }
 
 /// Start of a timed loop, for set_rate_counters.
-inline std::chrono::steady_clock::time_point loop_start() { return std::chrono::steady_clock::now(); }
+inline std::chrono::steady_clock::time_point loop_start() {
+  return std::chrono::steady_clock::now();
+}
 
 /// Counters of the timed loop that began at `start` (call right after the loop): tokens/s (when
 /// tokens_per_iter > 0), GFLOP/s by the caller's FLOP model, and that as a percentage of the FMA
-/// peak for `threads` threads (both left out when flop_per_iter is 0). Plain values over the loop's wall time, not Counter::kIsRate,
-/// so that the console shows "%peak=85.1" rather than "85.1/s"; with UseRealTime() this is the
-/// time Google Benchmark reports, to within the loop's own overhead.
-inline void set_rate_counters(benchmark::State& state,
-                              std::chrono::steady_clock::time_point start, double flop_per_iter,
-                              double tokens_per_iter, int threads) {
+/// peak for `threads` threads (both left out when flop_per_iter is 0). Plain values over the loop's
+/// wall time, not Counter::kIsRate, so that the console shows "%peak=85.1" rather than "85.1/s";
+/// with UseRealTime() this is the time Google Benchmark reports, to within the loop's own overhead.
+inline void set_rate_counters(benchmark::State& state, std::chrono::steady_clock::time_point start,
+                              double flop_per_iter, double tokens_per_iter, int threads) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double iters = static_cast<double>(state.iterations());
@@ -63,12 +64,16 @@ inline void set_rate_counters(benchmark::State& state,
 /// Adds "min" and "max" to the repetition statistics (Google Benchmark reports mean, median,
 /// stddev and cv): the best repetition is the min of the times and the max of the rates.
 inline void best_statistics(benchmark::internal::Benchmark* b) {
-  b->ComputeStatistics("min", [](const std::vector<double>& v) {
-    return *std::min_element(v.begin(), v.end());
-  });
-  b->ComputeStatistics("max", [](const std::vector<double>& v) {
-    return *std::max_element(v.begin(), v.end());
-  });
+  b->ComputeStatistics(
+      "min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
+  b->ComputeStatistics(
+      "max", [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); });
+}
+
+/// How every attn benchmark reports: wall-clock milliseconds, with the min/max statistics.
+inline void wall_clock_ms(benchmark::internal::Benchmark* b) {
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+  best_statistics(b);
 }
 
 /// Peak GFLOP/s from ATTN_FMA_PEAK ("p1,p2") when set, else probed now (about a second).

@@ -41,8 +41,8 @@ constexpr attn::Index kOutLen = 30;  // decoding: source length and output limit
 /// residual and embedding dropout of the paper, on the attention weights and on the feed-forward's
 /// hidden ReLU output, so that both sides do the same work.
 attn::TransformerConfig config_for(int which) {
-  attn::TransformerConfig c = which == 0 ? attn::TransformerConfig::small(kVocab)
-                                         : attn::TransformerConfig::base(kVocab);
+  attn::TransformerConfig c =
+      which == 0 ? attn::TransformerConfig::small(kVocab) : attn::TransformerConfig::base(kVocab);
   c.attention_dropout = c.relu_dropout = c.dropout;
   return c;
 }
@@ -121,8 +121,9 @@ void BM_TrainStep(benchmark::State& state, int which) {
 // Greedy decoding of up to 30 tokens for a 30-token source (the peer's setting), with the KV
 // cache; tokens/s = tokens produced / time, the encoder included. An untrained model may emit EOS
 // before 30 tokens: the counter counts the decoding steps taken (an EOS is one), and tokens/call
-// says how many that was (B * 30 when no hypothesis stopped early, as the peer always does). Model built once per batch size, 2 untimed decodes first.
-// Beam search (beam 4, the paper's) is timed the same way: tokens of the best hypotheses.
+// says how many that was (B * 30 when no hypothesis stopped early, as the peer always does). Model
+// built once per batch size, 2 untimed decodes first. Beam search (beam 4, the paper's) is timed
+// the same way: tokens of the best hypotheses.
 struct DecodeSetup {
   DecodeSetup(attn::Index batch, attn::Index beam)
       : model(config_for(1)), src(random_ids(batch, kOutLen, 4)) {
@@ -163,26 +164,21 @@ void BM_Decode(benchmark::State& state, attn::Index beam) {
   state.counters["tokens/call"] = per_call;
 }
 
+// A train step or a decoding call is long enough to time once per repetition.
+void OncePerRepetition(benchmark::internal::Benchmark* b) {
+  b->Iterations(1);
+  attn_bench::wall_clock_ms(b);
+}
+
+void OneAndTwoThreads(benchmark::internal::Benchmark* b) {
+  b->ArgName("threads")->Arg(1)->Arg(2);
+  OncePerRepetition(b);
+}
+
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_TrainStep, small, 0)
-    ->Name("train_step/small")
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->Iterations(1)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond)
-    ->Apply(attn_bench::best_statistics);
-BENCHMARK_CAPTURE(BM_TrainStep, base, 1)
-    ->Name("train_step/base")
-    ->ArgName("threads")
-    ->Arg(1)
-    ->Arg(2)
-    ->Iterations(1)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond)
-    ->Apply(attn_bench::best_statistics);
+BENCHMARK_CAPTURE(BM_TrainStep, small, 0)->Name("train_step/small")->Apply(OneAndTwoThreads);
+BENCHMARK_CAPTURE(BM_TrainStep, base, 1)->Name("train_step/base")->Apply(OneAndTwoThreads);
 BENCHMARK_CAPTURE(BM_Decode, greedy, 1)
     ->Name("greedy_decode/base")
     ->ArgNames({"batch", "threads"})
@@ -190,20 +186,13 @@ BENCHMARK_CAPTURE(BM_Decode, greedy, 1)
     ->Args({1, 2})
     ->Args({32, 1})
     ->Args({32, 2})
-    ->Iterations(1)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond)
-    ->Apply(attn_bench::best_statistics);
-
+    ->Apply(OncePerRepetition);
 BENCHMARK_CAPTURE(BM_Decode, beam, 4)
     ->Name("beam4_decode/base")
     ->ArgNames({"batch", "threads"})
     ->Args({1, 1})
     ->Args({1, 2})
     ->Args({8, 2})
-    ->Iterations(1)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond)
-    ->Apply(attn_bench::best_statistics);
+    ->Apply(OncePerRepetition);
 
 ATTN_BENCHMARK_MAIN();

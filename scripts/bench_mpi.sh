@@ -66,9 +66,11 @@ median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 run() {  # run <preset> <config> <round>: prints tokens/s
   local preset=$1 config=$2 round=$3 dir="$work/$1-$2-$3" log="$work/$1-$2-$3.log"
+  # --no-eval: a run ends after its updates, without the validation and the beam-search test
+  # BLEU that a training run ends with; they are not timed and only add minutes per run.
   local args=(train --model-dir "$dir" --preset "$preset" --steps "$STEPS" --log-every
-              $((STEPS / 2)) --max-tokens "$MAX_TOKENS" --vocab-size "$VOCAB" --valid-every 0
-              --checkpoint-every 0 --svg 0 --show 0 "${data[@]}")
+              $((STEPS / 2)) --max-tokens "$MAX_TOKENS" --vocab-size "$VOCAB" --no-eval
+              --checkpoint-every 0 --svg 0 "${data[@]}")
   if [ "$config" = 2x1 ]; then
     "${mpirun[@]}" -np 2 --bind-to core "$bin" "${args[@]}" --threads 1 >/dev/null 2>"$log"
   elif [ "$config" = 2x1-after ]; then

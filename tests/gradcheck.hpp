@@ -127,6 +127,23 @@ inline GradCheckResult check_module(
   return gradcheck(wrt, analytic, [&] { return dot(forward(), r); });
 }
 
+/// check_module for a module in training mode with dropout on: `state` (the module's RandomState)
+/// restarts its counter before every forward, so that every evaluation of the loss draws the same
+/// masks and central differences see one function.
+inline GradCheckResult check_module_fixed_dropout(
+    Module<double>& m, RandomState& state,
+    const std::vector<std::pair<std::string, Tensor<double>>>& inputs,
+    const std::function<Tensor<double>()>& forward,
+    const std::function<std::vector<Tensor<double>>(const Tensor<double>&)>& backward) {
+  return check_module(
+      m, inputs,
+      [&] {
+        state.counter = 0;
+        return forward();
+      },
+      backward);
+}
+
 }  // namespace attn::testing
 
 /// Asserts a GradCheckResult is below the tolerance, printing the per-tensor report otherwise.

@@ -188,12 +188,8 @@ TEST(Dropout, GradientsMatchCentralDifferences) {
   state->seed = 9;
   drop.set_random_state(state);
   Tensor<double> x = testing::randn({3, 4, 5}, 6);
-  auto res = testing::check_module(
-      drop, {{"x", x}},
-      [&] {
-        state->counter = 0;  // every evaluation of the loss sees the same mask
-        return drop.forward(x);
-      },
+  auto res = testing::check_module_fixed_dropout(
+      drop, *state, {{"x", x}}, [&] { return drop.forward(x); },
       [&](const Tensor<double>& dy) { return std::vector<Tensor<double>>{drop.backward(dy)}; });
   EXPECT_GRADIENTS_MATCH(res);
   EXPECT_EQ(res.checked, 60);

@@ -2,6 +2,7 @@
 // and pre-norm, naive and fast kernels, masks, training-mode dropout), PyTorch golden outputs and
 // gradients loaded by state_dict name, incremental decoding against the full causal forward,
 // attention weights of every layer, and the error paths.
+#include "error_helpers.hpp"
 #include "golden/golden.hpp"
 #include "gradcheck.hpp"
 #include "pch.hpp"
@@ -12,6 +13,7 @@
 namespace attn {
 namespace {
 
+using testing::error_of;
 using testing::randn;
 
 constexpr Index D = 8, H = 2, F = 12;
@@ -45,15 +47,6 @@ void copy_parameters(const Module<double>& from, Module<double>& to) {
     ASSERT_EQ(a[i].name, b[i].name);
     std::copy(a[i].value.begin(), a[i].value.end(), b[i].value.begin());
   }
-}
-
-std::string message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no exception)";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -144,21 +137,14 @@ TEST_P(LayerGrad, TrainingModeDropoutGradients) {
   dec.train();
   Tensor<double> x = randn({2, 3, D}, 13), memory = randn({2, 4, D}, 14);
   const auto src = KeyPaddingMask::from_lengths({3, 2}, 3);
-  auto res = testing::check_module(
-      enc, {{"x", x}},
-      [&] {
-        state->counter = 0;
-        return enc.forward(x, src);
-      },
+  auto res = testing::check_module_fixed_dropout(
+      enc, *state, {{"x", x}}, [&] { return enc.forward(x, src); },
       [&](const Tensor<double>& dy) { return std::vector<Tensor<double>>{enc.backward(dy)}; });
   EXPECT_GRADIENTS_MATCH(res);
   const auto mem = KeyPaddingMask::from_lengths({4, 3}, 4);
-  res = testing::check_module(
-      dec, {{"y", x}, {"memory", memory}},
-      [&] {
-        state->counter = 0;
-        return dec.forward(x, memory, KeyPaddingMask(), mem);
-      },
+  res = testing::check_module_fixed_dropout(
+      dec, *state, {{"y", x}, {"memory", memory}},
+      [&] { return dec.forward(x, memory, KeyPaddingMask(), mem); },
       [&](const Tensor<double>& dy) {
         const Tensor<double>& dy_in = dec.backward(dy);
         return std::vector<Tensor<double>>{dy_in, dec.dmemory()};
@@ -424,77 +410,77 @@ TEST(EncoderDecoder, FloatCompilesAndRuns) {
 TEST(EncoderDecoder, RejectsBadOptionsShapesAndMasks) {
   LayerOptions o = tiny(false, true);
   o.d_model = 9;
-  EXPECT_EQ(message([&] { o.validate(); }), "d_model (9) must be divisible by heads (2)");
+  EXPECT_EQ(error_of([&] { o.validate(); }), "d_model (9) must be divisible by heads (2)");
   o.d_model = 500;
   o.heads = 8;
-  EXPECT_EQ(message([&] { EncoderLayer<double> l(o); }),
+  EXPECT_EQ(error_of([&] { EncoderLayer<double> l(o); }),
             "d_model (500) must be divisible by heads (8)");
   EXPECT_THROW(DecoderLayer<double>{o}, ConfigError);
   o = tiny(false, true);
   o.dropout = 1.0;
-  EXPECT_EQ(message([&] { o.validate(); }), "dropout must be in [0, 1), got 1");
+  EXPECT_EQ(error_of([&] { o.validate(); }), "dropout must be in [0, 1), got 1");
   o = tiny(false, true);
   o.attention_dropout = -0.1;
-  EXPECT_EQ(message([&] { o.validate(); }), "attention_dropout must be in [0, 1), got -0.1");
+  EXPECT_EQ(error_of([&] { o.validate(); }), "attention_dropout must be in [0, 1), got -0.1");
   o = tiny(false, true);
   o.d_ff = 0;
-  EXPECT_EQ(message([&] { o.validate(); }), "d_ff must be > 0, got 0");
+  EXPECT_EQ(error_of([&] { o.validate(); }), "d_ff must be > 0, got 0");
   o = tiny(false, true);
   o.layer_norm_eps = 0;
   EXPECT_THROW(o.validate(), ConfigError);
-  EXPECT_EQ(message([] { Encoder<double>(tiny(false, true), 0, false); }),
+  EXPECT_EQ(error_of([] { Encoder<double>(tiny(false, true), 0, false); }),
             "Encoder: num_layers must be > 0, got 0");
   EXPECT_THROW(Decoder<double>(tiny(false, true), 0, false), ConfigError);
 
   EncoderLayer<double> enc(tiny(false, true));
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(error_of([&] {
               enc.forward(Tensor<double>({2, 3, 5}), KeyPaddingMask());
             }),
             "EncoderLayer: expected x [B, L, 8], got [2, 3, 5]");
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(error_of([&] {
               enc.forward(Tensor<double>({2, 3, D}), KeyPaddingMask::from_lengths({1, 2, 3}, 3));
             }),
             "KeyPaddingMask: expected [B, S] = [2, 3], got [3, 3]");
   enc.forward(Tensor<double>({2, 3, D}), KeyPaddingMask());
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(error_of([&] {
               enc.backward(Tensor<double>({2, 4, D}));
             }),
             "EncoderLayer::backward: expected dy of shape [2, 3, 8], got [2, 4, 8]");
 
   DecoderLayer<double> dec(tiny(false, true));
   const Tensor<double> y({2, 3, D});
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(error_of([&] {
               dec.forward(y, Tensor<double>({3, 4, D}), {}, {});
             }),
             "DecoderLayer: expected memory [2, S, 8] (B of the target), got [3, 4, 8]");
   EXPECT_EQ(
-      message([&] {
+      error_of([&] {
         dec.forward(y, Tensor<double>({2, 4, D}), KeyPaddingMask::from_lengths({3, 3}, 4), {});
       }),
       "KeyPaddingMask: expected [B, S] = [2, 3], got [2, 4]");
   EXPECT_EQ(
-      message([&] {
+      error_of([&] {
         dec.forward(y, Tensor<double>({2, 4, D}), {}, KeyPaddingMask::from_lengths({3, 3}, 3));
       }),
       "KeyPaddingMask: expected [B, S] = [2, 4], got [2, 3]");
   EXPECT_THROW(dec.forward(Tensor<double>({2, 3}), Tensor<double>({2, 4, D}), {}, {}), ShapeError);
   dec.forward(y, Tensor<double>({2, 4, D}), {}, {});
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(error_of([&] {
               dec.backward(Tensor<double>({2, 2, D}));
             }),
             "DecoderLayer::backward: expected dy of shape [2, 3, 8], got [2, 2, 8]");
 
   Decoder<double> stack(tiny(false, true), 2, false);
-  EXPECT_NE(message([&] { stack.dmemory(); }).find("needs forward and backward"),
+  EXPECT_NE(error_of([&] { stack.dmemory(); }).find("needs forward and backward"),
             std::string::npos);
   DecoderCache<double> wrong = Decoder<double>(tiny(false, true), 3, false).make_cache(2, 4);
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(error_of([&] {
               stack.forward_step(Tensor<double>({2, 1, D}), y, {}, wrong);
             }),
             "Decoder::forward_step: expected a cache of 2 layers, got 3");
   DecoderCache<double> cache = stack.make_cache(2, 1);
   stack.forward_step(Tensor<double>({2, 1, D}), y, {}, cache);
-  EXPECT_NE(message([&] {
+  EXPECT_NE(error_of([&] {
               stack.forward_step(Tensor<double>({2, 1, D}), y, {}, cache);
             }).find("cache full, capacity 1"),
             std::string::npos);

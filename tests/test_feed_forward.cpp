@@ -144,17 +144,14 @@ TEST(FeedForward, GradientsMatchWithReluDropout) {
   ffn.reset_parameters(rng);
   fill_normal(ffn.linear1.bias.value, rng, 0, 0.5);
   Tensor<double> x = testing::randn({3, 4}, 9);
-  auto forward = [&]() -> Tensor<double> {
-    state->counter = 0;  // the same mask for every evaluation of the loss
-    return ffn.forward(x);
-  };
-  auto res = testing::check_module(ffn, {{"x", x}}, forward, [&](const Tensor<double>& dy) {
-    return std::vector<Tensor<double>>{ffn.backward(dy)};
-  });
+  auto res = testing::check_module_fixed_dropout(
+      ffn, *state, {{"x", x}}, [&] { return ffn.forward(x); },
+      [&](const Tensor<double>& dy) { return std::vector<Tensor<double>>{ffn.backward(dy)}; });
   EXPECT_GRADIENTS_MATCH(res);
   // Dropout really acted: the training output differs from the eval (no-dropout) output, and the
   // shared state advanced once per forward.
-  const Tensor<double> train_y = forward().clone();
+  state->counter = 0;
+  const Tensor<double> train_y = ffn.forward(x).clone();
   EXPECT_EQ(state->counter, 1u);
   ffn.eval();
   const Tensor<double>& eval_y = ffn.forward(x);

@@ -1,6 +1,7 @@
 // MultiHeadAttention: gradients (self, cross, masks, dropout) against central differences, naive
 // and fast kernels against each other, PyTorch golden outputs and gradients, attention weights,
 // incremental decoding against the full causal forward, and every error path.
+#include "error_helpers.hpp"
 #include "golden/golden.hpp"
 #include "gradcheck.hpp"
 #include "pch.hpp"
@@ -10,6 +11,7 @@
 namespace attn {
 namespace {
 
+using testing::error_of;
 using testing::randn;
 
 constexpr Index D = 8, H = 2;
@@ -27,15 +29,6 @@ AttentionMask<double> padding(const std::vector<Index>& lengths, Index S, bool c
   m.key_padding = KeyPaddingMask::from_lengths(lengths, S);
   m.causal = causal;
   return m;
-}
-
-std::string message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no exception)";
 }
 
 // Param: use the fast kernel. Gradient checks run on one thread (testing::OneThread);
@@ -88,18 +81,13 @@ TEST_P(MhaKernel, TrainingModeAttentionDropoutGradients) {
   Tensor<double> memory = randn({2, 3, D}, 8);
   const auto mask = padding({4, 3}, 4, true);
   // Each forward draws a key; resetting the counter repeats the same dropout mask every time.
-  auto self = testing::check_module(
-      mha, {{"x", x}},
-      [&] {
-        state->counter = 0;
-        return mha.forward_self(x, mask);
-      },
+  auto self = testing::check_module_fixed_dropout(
+      mha, *state, {{"x", x}}, [&] { return mha.forward_self(x, mask); },
       [&](const Tensor<double>& dy) { return std::vector<Tensor<double>>{mha.backward(dy)}; });
   EXPECT_GRADIENTS_MATCH(self);
-  auto cross = testing::check_module(
-      mha, {{"x", x}, {"memory", memory}},
+  auto cross = testing::check_module_fixed_dropout(
+      mha, *state, {{"x", x}, {"memory", memory}},
       [&] {
-        state->counter = 0;
         return mha.forward_cross(x, memory, padding({3, 1}, 3));
       },
       [&](const Tensor<double>& dy) {
@@ -259,10 +247,10 @@ TEST(MultiHeadAttention, AttentionWeightsAreDistributionsOverAllowedKeys) {
 TEST(MultiHeadAttention, AttentionWeightsMustBeAskedFor) {
   MultiHeadAttention<double> mha(D, H);
   mha.forward_self(randn({1, 2, D}, 1), {});
-  EXPECT_NE(message([&] { mha.attention_weights(); }).find("keep_attention_weights(true)"),
+  EXPECT_NE(error_of([&] { mha.attention_weights(); }).find("keep_attention_weights(true)"),
             std::string::npos);
   mha.keep_attention_weights(true);
-  EXPECT_NE(message([&] { mha.attention_weights(); }).find("no forward"), std::string::npos);
+  EXPECT_NE(error_of([&] { mha.attention_weights(); }).find("no forward"), std::string::npos);
 }
 
 TEST(MultiHeadAttention, SelfStepsWithCacheEqualTheFullCausalForward) {
@@ -292,9 +280,9 @@ TEST(MultiHeadAttention, SelfStepsWithCacheEqualTheFullCausalForward) {
     }
   }
   EXPECT_EQ(cache.keys.data(), keys_storage);  // reserved once, never reallocated
-  EXPECT_NE(message([&] { mha.forward_self_step(xt, cache); }).find("cache full, capacity 5"),
+  EXPECT_NE(error_of([&] { mha.forward_self_step(xt, cache); }).find("cache full, capacity 5"),
             std::string::npos);
-  EXPECT_NE(message([&] {
+  EXPECT_NE(error_of([&] {
               mha.backward(randn({B, 1, D}, 1));
             }).find("no backward"),
             std::string::npos);
@@ -360,36 +348,36 @@ TEST(MultiHeadAttention, FloatAgreesWithDouble) {
 
 TEST(MultiHeadAttention, RejectsBadShapesMasksAndConfigurations) {
   MultiHeadAttention<double> mha(D, H);
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(error_of([&] {
               mha.forward_self(Tensor<double>({2, 3, 5}), {});
             }),
             "MultiHeadAttention: expected x [B, L, 8], got [2, 3, 5]");
   EXPECT_THROW(mha.forward_self(Tensor<double>({6, 8}), {}), ShapeError);
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(error_of([&] {
               mha.forward_cross(Tensor<double>({2, 3, D}), Tensor<double>({3, 4, D}), {});
             }),
             "MultiHeadAttention: expected memory [2, S, 8] (B of x), got [3, 4, 8]");
   EXPECT_THROW(mha.forward_cross(Tensor<double>({2, 3, D}), Tensor<double>({2, 4, 7}), {}),
                ShapeError);
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(error_of([&] {
               mha.forward_self(Tensor<double>({2, 4, D}), padding({3, 3}, 3));
             }),
             "KeyPaddingMask: expected [B, S] = [2, 4], got [2, 3]");
   EXPECT_THROW(
       mha.forward_cross(Tensor<double>({2, 3, D}), Tensor<double>({2, 4, D}), padding({3, 3}, 3)),
       ShapeError);
-  EXPECT_NE(message([&] {
+  EXPECT_NE(error_of([&] {
               mha.backward(Tensor<double>({2, 3, D}));
             }).find("forward_self"),
             std::string::npos);
   mha.forward_self(Tensor<double>({2, 4, D}), {});
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(error_of([&] {
               mha.backward(Tensor<double>({2, 3, D}));
             }),
             "MultiHeadAttention::backward: expected dy of shape [2, 4, 8], got [2, 3, 8]");
-  EXPECT_NE(message([&] { mha.dmemory(); }).find("forward_cross"), std::string::npos);
+  EXPECT_NE(error_of([&] { mha.dmemory(); }).find("forward_cross"), std::string::npos);
 
-  EXPECT_EQ(message([] { MultiHeadAttention<double>(500, 8); }),
+  EXPECT_EQ(error_of([] { MultiHeadAttention<double>(500, 8); }),
             "d_model (500) must be divisible by heads (8)");
   EXPECT_THROW(MultiHeadAttention<double>(500, 8), ConfigError);
   EXPECT_THROW(MultiHeadAttention<double>(0, 8), ConfigError);
@@ -397,12 +385,12 @@ TEST(MultiHeadAttention, RejectsBadShapesMasksAndConfigurations) {
   EXPECT_THROW(MultiHeadAttention<double>(8, 2, -0.1), ConfigError);
 
   KVCache<double> cache;
-  EXPECT_NE(message([&] {
+  EXPECT_NE(error_of([&] {
               mha.forward_self_step(Tensor<double>({2, 1, D}), cache);
             }).find("expected a cache allocated for [B, *, D] = [2, *, 8]"),
             std::string::npos);
   cache.allocate(2, 4, D);
-  EXPECT_EQ(message([&] {
+  EXPECT_EQ(error_of([&] {
               mha.forward_self_step(Tensor<double>({2, 2, D}), cache);
             }),
             "MultiHeadAttention::forward_self_step: expected x [B, 1, 8], got [2, 2, 8]");

@@ -109,6 +109,11 @@ void add_run_flags(CLI::App* train, TrainOptions& t) {
   train->add_option("--valid-every", t.valid_every, "validate every N updates (0: at the end)")
       ->capture_default_str();
   train
+      ->add_flag("!--no-eval", t.evaluate,
+                 "no validation and no test BLEU, during training or after it: for timing runs "
+                 "(default: off)")
+      ->excludes("--valid-every");
+  train
       ->add_option("--checkpoint-every", t.checkpoint_every,
                    "checkpoint every N updates (0: at the end)")
       ->capture_default_str();
@@ -197,7 +202,7 @@ int run_train(TrainCommand& c, int threads, std::shared_ptr<Replicas>& replicas)
   trainer.finish();
   if (replicas->rank() != 0) return 0;  // rank 0 writes and reports
   std::cerr << "model written to " << t.model_dir << "/model.safetensors\n";
-  if (!trainer.data().test.empty()) report_test(trainer, t, corpus.showcase, c.show);
+  if (t.evaluate && !trainer.data().test.empty()) report_test(trainer, t, corpus.showcase, c.show);
   return 0;
 }
 

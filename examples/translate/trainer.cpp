@@ -175,7 +175,7 @@ void Trainer::train(Index max_updates) {
     ++window.updates;
     report_progress(window, first, elapsed());
     const Index s = step();
-    if (opt_.valid_every > 0 && s % opt_.valid_every == 0) run_validation();
+    if (opt_.evaluate && opt_.valid_every > 0 && s % opt_.valid_every == 0) run_validation();
     if (opt_.checkpoint_every > 0 && s % opt_.checkpoint_every == 0) save_checkpoint();
   }
   progress_.finish();
@@ -237,7 +237,7 @@ void Trainer::finish() {
   if (replicas_->rank() != 0) return;
   const bool validated =
       !curves_.empty() && curves_.back().step == step() && !std::isnan(curves_.back().valid_loss);
-  if (!validated && valid_batches_) run_validation();
+  if (opt_.evaluate && !validated && valid_batches_) run_validation();
   if (!checkpoint_is_current()) save_checkpoint();
   const int available = static_cast<int>(list_checkpoints(opt_.model_dir).size());
   if (opt_.average > 1 && available > 1) {

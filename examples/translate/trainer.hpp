@@ -51,6 +51,7 @@ struct TrainOptions {
   Index steps = 0;                ///< stop after this many updates; 0: no limit
   double minutes = 0;             ///< stop after this wall time; 0: no limit
   Index valid_every = 1000;       ///< 0: only at the end
+  bool evaluate = true;           ///< false: no validation and no test BLEU at all (timing runs)
   Index checkpoint_every = 1000;  ///< 0: only at the end
   int keep = 5;                   ///< training checkpoints kept on disk
   int average = 0;                ///< average the last N checkpoints into model.safetensors
@@ -111,7 +112,8 @@ class Trainer {
   bool interrupted() const { return interrupted_; }
   /// Writes checkpoint_<step>.safetensors and drops all but the last `keep`.
   std::string save_checkpoint();
-  /// The final checkpoint, model.safetensors (averaged or not), curves and attention plots.
+  /// The final validation (unless options.evaluate is off), the final checkpoint,
+  /// model.safetensors (averaged or not), curves and attention plots.
   void finish();
 
   struct Validation {

@@ -24,6 +24,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attn/error.hpp"
@@ -131,6 +132,13 @@ template <class T>
 using MatrixRef = Eigen::Ref<RowMatrix<T>>;
 template <class T>
 using ConstMatrixRef = Eigen::Ref<const RowMatrix<T>>;
+/// n contiguous elements as an Eigen array, for elementwise kernels over raw rows; const when T is
+/// (`ArrayMap<const T>(p, n)`).
+template <class T>
+using ArrayMap =
+    Eigen::Map<std::conditional_t<std::is_const_v<T>,
+                                  const Eigen::Array<std::remove_const_t<T>, 1, Eigen::Dynamic>,
+                                  Eigen::Array<T, 1, Eigen::Dynamic>>>;
 
 template <class T>
 class Tensor {

@@ -208,11 +208,7 @@ TEST_F(Cli, TrainResumeTranslateEvaluateAverage) {
   EXPECT_EQ(r.err.find_first_of("\r\033"), std::string::npos) << r.err;
   // Interrupted and uninterrupted runs write the same bytes: weights, Adam, RNG, data position,
   // options and every update's loss.
-  for (const char* f : {"checkpoint_4.safetensors", "model.safetensors", "spm.model"}) {
-    const std::string x = read_file(a + "/" + f);
-    EXPECT_FALSE(x.empty()) << f;
-    EXPECT_TRUE(x == read_file(b + "/" + f)) << f;
-  }
+  expect_same_files(a, b, {"checkpoint_4.safetensors", "model.safetensors", "spm.model"});
 
   // translate: stdin to stdout keeps one line per line, empty ones included.
   const std::string in = dir("in.txt");
@@ -249,6 +245,39 @@ TEST_F(Cli, TrainResumeTranslateEvaluateAverage) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "averaged 2 checkpoints")) << r.err;
   EXPECT_FALSE(read_file(a + "/model.safetensors") == read_file(b + "/model.safetensors"));
+}
+
+// --no-eval, for timing runs: training ends after its updates, without the validation and the
+// test BLEU that end a run which has validation and test sets, and trains the same weights.
+TEST_F(Cli, NoEvalEndsTrainingWithoutValidationOrTestBleu) {
+  const tr::CorpusSplit d = split();
+  std::string data =
+      " --threads 1 --preset tiny --vocab-size 60 --max-tokens 128 --max-len 32 --steps 2 "
+      "--checkpoint-every 0 --svg 0 --show 1";
+  for (const auto& [name, corpus] :
+       {std::pair<std::string, const tr::ParallelCorpus*>{"", &d.train},
+        {"valid-", &d.valid},
+        {"test-", &d.test}}) {
+    ASSERT_FALSE(corpus->empty()) << name;
+    tr::write_lines(dir(name + "src"), corpus->src);
+    tr::write_lines(dir(name + "tgt"), corpus->tgt);
+    data += " --" + name + "src " + dir(name + "src") + " --" + name + "tgt " + dir(name + "tgt");
+  }
+  const std::string evaluated = dir("evaluated"), timed = dir("timed");
+  CliResult r = run("train --model-dir " + evaluated + data);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "valid step 2 | loss ")) << r.err;
+  EXPECT_TRUE(contains(r.out, "test BLEU (beam 4")) << r.out;
+  r = run("train --model-dir " + timed + data + " --no-eval");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(contains(r.err, "valid step")) << r.err;
+  EXPECT_EQ(r.out, "");
+  expect_same_files(evaluated, timed, {"model.safetensors"});
+  // Validating every N updates and not at all contradict each other: CLI11's parse error.
+  r = run("train --model-dir " + dir("both") + data + " --no-eval --valid-every 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.err, "--valid-every excludes --no-eval")) << r.err;
+  EXPECT_FALSE(fs::exists(dir("both")));
 }
 
 TEST_F(Cli, BadTrainingDataIsRefusedAndNothingIsWritten) {
@@ -294,8 +323,8 @@ TEST_F(Cli, BadTrainingDataIsRefusedAndNothingIsWritten) {
 TEST_F(Cli, CorruptGettextCatalogIsNamed) {
   const std::string model = dir("model"), mo = dir("mo");
   // The built-in corpus's other sources absent, so that the catalogs are all there is.
-  const std::string no_other_sources = " --mix gettext --apt-lists-dir " + dir("no_lists") +
-                                       " --dictionary " + dir("no_dictionary");
+  const std::string no_other_sources =
+      " --mix gettext --apt-lists-dir " + dir("no_lists") + " --dictionary " + dir("no_dictionary");
   fs::create_directories(mo);
   auto train = [&] {
     return run("train --threads 1 --model-dir " + model + no_other_sources + " --gettext-dir " +
@@ -317,8 +346,8 @@ TEST_F(Cli, CorruptGettextCatalogIsNamed) {
                          "': the original table of 5 entries at offset 28 ends at "
                          "byte 68, beyond the end of the file (28 bytes)"});
   EXPECT_FALSE(fs::exists(model));
-  expect_error(run("train --threads 1 --model-dir " + model + no_other_sources +
-                   " --gettext-dir " + dir("none")),
+  expect_error(run("train --threads 1 --model-dir " + model + no_other_sources + " --gettext-dir " +
+                   dir("none")),
                {"no source of the built-in corpus could be read: ",
                 "trans-de-en dictionary: cannot open the dictionary",
                 "gettext catalogs: cannot list the gettext catalogs in '" + dir("none") + "'"});

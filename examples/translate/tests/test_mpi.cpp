@@ -41,15 +41,7 @@ class Mpi : public TempDirTest {
   CliResult run(const std::string& args) const { return run_cli(args, root_.string()); }
   /// `mpiexec <launch>`: "-n 2 BIN args" or an MPMD line "-n 1 BIN a : -n 1 BIN b".
   CliResult mpirun(const std::string& launch) const {
-    const std::string out = dir("mpi.stdout"), err = dir("mpi.stderr");
-    const int rc = std::system(
-        (std::string(ATTN_MPIEXEC) + " " + launch + " > " + out + " 2> " + err + " < /dev/null")
-            .c_str());
-    CliResult r;
-    if (WIFEXITED(rc)) r.exit_code = WEXITSTATUS(rc);
-    r.out = read_file(out);
-    r.err = read_file(err);
-    return r;
+    return run_command(std::string(ATTN_MPIEXEC) + " " + launch, root_.string());
   }
   CliResult two_ranks(const std::string& args) const { return ranks(2, args); }
   CliResult ranks(int n, const std::string& args) const {
@@ -63,12 +55,8 @@ class Mpi : public TempDirTest {
 
 // The checkpoint of `step` and the final model of two model directories are the same bytes.
 void expect_same_checkpoints(const std::string& a, const std::string& b, int step) {
-  for (const std::string& f :
-       {"checkpoint_" + std::to_string(step) + ".safetensors", std::string("model.safetensors")}) {
-    const std::string x = read_file(a + "/" + f);
-    EXPECT_FALSE(x.empty()) << f;
-    EXPECT_TRUE(x == read_file(b + "/" + f)) << f;
-  }
+  expect_same_files(a, b,
+                    {"checkpoint_" + std::to_string(step) + ".safetensors", "model.safetensors"});
 }
 
 void Mpi::expect_overlap_changes_no_bit(int n) const {
@@ -148,11 +136,7 @@ TEST_F(Mpi, ResumeWithTheSameRanksIsBitExact) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   r = two_ranks("train --model-dir " + b + " --steps 4 " + common(0.1));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* f : {"checkpoint_4.safetensors", "model.safetensors"}) {
-    const std::string x = read_file(a + "/" + f);
-    EXPECT_FALSE(x.empty()) << f;
-    EXPECT_TRUE(x == read_file(b + "/" + f)) << f;
-  }
+  expect_same_checkpoints(a, b, 4);
   // The ranks' dropout streams differ: one process with dropout trains another model.
   r = run("train --model-dir " + dir("one") + " --steps 4 " + common(0.1));
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -121,19 +121,35 @@ struct CliResult {
   }
 };
 
-/// Runs `attn-translate <args>` with stdin from `stdin_path` (or /dev/null); `scratch` is a
-/// directory for the captured output. Arguments go through the shell: keep them free of spaces.
-inline CliResult run_cli(const std::string& args, const std::string& scratch,
-                         const std::string& stdin_path = "/dev/null") {
+/// Runs the shell command `command` with stdin from `stdin_path`; `scratch` is a directory for
+/// the captured output.
+inline CliResult run_command(const std::string& command, const std::string& scratch,
+                             const std::string& stdin_path = "/dev/null") {
   const std::string out = scratch + "/cli.stdout", err = scratch + "/cli.stderr";
-  const std::string cmd = std::string(ATTN_TRANSLATE_BIN) + " " + args + " < " + stdin_path +
-                          " > " + out + " 2> " + err;
+  const std::string cmd = command + " < " + stdin_path + " > " + out + " 2> " + err;
   const int rc = std::system(cmd.c_str());
   CliResult r;
   if (WIFEXITED(rc)) r.exit_code = WEXITSTATUS(rc);
   r.out = read_file(out);
   r.err = read_file(err);
   return r;
+}
+
+/// Runs `attn-translate <args>` (run_command). Arguments go through the shell: keep them free of
+/// spaces.
+inline CliResult run_cli(const std::string& args, const std::string& scratch,
+                         const std::string& stdin_path = "/dev/null") {
+  return run_command(std::string(ATTN_TRANSLATE_BIN) + " " + args, scratch, stdin_path);
+}
+
+/// Each file of `names` is in directory a, not empty, and the same bytes in directory b.
+inline void expect_same_files(const std::string& a, const std::string& b,
+                              const std::vector<std::string>& names) {
+  for (const std::string& f : names) {
+    const std::string x = read_file(a + "/" + f);
+    EXPECT_FALSE(x.empty()) << f;
+    EXPECT_TRUE(x == read_file(b + "/" + f)) << f;
+  }
 }
 
 /// Exit code 1 and exactly one stderr line: "attn-translate: error: " + a message holding every

@@ -11,8 +11,7 @@ namespace attn::kernels {
 /// y[n] = max(0, x[n]). `y` may alias `x`.
 template <class T>
 void relu_forward(T* y, const T* x, Index n) {
-  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(y, n) =
-      Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>(x, n).max(T(0));
+  ArrayMap<T>(y, n) = ArrayMap<const T>(x, n).max(T(0));
 }
 
 /// Backward of y = max(0, x) from the OUTPUT: dx = dy where y > 0, else 0 (overwritten). The
@@ -20,10 +19,9 @@ void relu_forward(T* y, const T* x, Index n) {
 /// PyTorch does. `dx` may alias `dy`.
 template <class T>
 void relu_backward(T* dx, const T* dy, const T* y, Index n) {
-  using Arr = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
   parallel_for_chunks(n, 16384, kParallelMinElementwise, [&](Index b, Index len) {
-    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(dx + b, len) =
-        (Arr(y + b, len) > T(0)).select(Arr(dy + b, len), T(0));
+    ArrayMap<T>(dx + b, len) =
+        (ArrayMap<const T>(y + b, len) > T(0)).select(ArrayMap<const T>(dy + b, len), T(0));
   });
 }
 

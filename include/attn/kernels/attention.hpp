@@ -43,17 +43,6 @@ inline constexpr Index kAttentionParallelMinWork = Index(1) << 16;
 
 namespace detail {
 
-template <class T>
-using ConstStrided = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
-template <class T>
-using Strided = Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>>;
-template <class T>
-using RowArray = Eigen::Array<T, 1, Eigen::Dynamic>;
-template <class T>
-using RowArrayMap = Eigen::Map<RowArray<T>>;
-template <class T>
-using ConstRowArrayMap = Eigen::Map<const RowArray<T>>;
-
 /// Everything one thread reuses across the (b, h) pairs it computes: [rows, S] buffers with rows S
 /// apart, kept per thread from call to call and only ever grown, so that a training loop allocates
 /// them in its first step and never again.
@@ -76,8 +65,8 @@ struct AttentionScratch {
     grow(pad, keys);
   }
   /// The first nt rows and ns columns of buffer `buf`.
-  Strided<T> block(std::vector<T>& buf, Index nt, Index ns) {
-    return Strided<T>(buf.data(), nt, ns, Eigen::OuterStride<>(S));
+  StridedMap<T> block(std::vector<T>& buf, Index nt, Index ns) {
+    return StridedMap<T>(buf.data(), nt, ns, Eigen::OuterStride<>(S));
   }
 
  private:
@@ -110,13 +99,13 @@ const T* key_padding_bias(AttentionScratch<T>& scratch, const KeyPaddingMask& ma
 /// row[0, n) <- scale * row + additive + pad (the last two optional).
 template <class T>
 void scale_and_mask(T* row, Index n, T scale, const T* additive, const T* pad) {
-  RowArrayMap<T> r(row, n);
+  ArrayMap<T> r(row, n);
   if (additive != nullptr && pad != nullptr)
-    r = r * scale + ConstRowArrayMap<T>(additive, n) + ConstRowArrayMap<T>(pad, n);
+    r = r * scale + ArrayMap<const T>(additive, n) + ArrayMap<const T>(pad, n);
   else if (additive != nullptr)
-    r = r * scale + ConstRowArrayMap<T>(additive, n);
+    r = r * scale + ArrayMap<const T>(additive, n);
   else if (pad != nullptr)
-    r = r * scale + ConstRowArrayMap<T>(pad, n);
+    r = r * scale + ArrayMap<const T>(pad, n);
   else
     r *= scale;
 }
@@ -142,7 +131,7 @@ void recompute_probabilities(T* row, Index n, T scale, const T* additive, const 
     if (cpu_has_avx512()) return probabilities_avx512(row, n, scale, additive, pad, lse);
 #endif
   scale_and_mask(row, n, scale, additive, pad);
-  RowArrayMap<T>(row, n) -= lse;
+  ArrayMap<T>(row, n) -= lse;
   exp_flush_denormals(row, n);
 }
 
@@ -151,7 +140,7 @@ inline Index visible_keys(bool causal, Index t, Index Tq, Index S) {
   return causal ? t + 1 + (S - Tq) : S;
 }
 
-/// Runs body(scratch, b, h, pad) for every (batch row b, head h) pair, where pad is row b's key
+/// Runs body(scratch, head, pad) for every (batch row b, head h) pair, where pad is row b's key
 /// padding bias (nullptr without padding): in parallel over the pairs, each thread with its own
 /// scratch, when the work is worth waking a thread team.
 template <class T, class Body>
@@ -173,8 +162,8 @@ void for_each_head(const AttentionShape& shape, const AttentionMask<T>& mask, bo
 #endif
     for (Index bh = 0; bh < pairs; ++bh) {
       errors.run([&] {
-        const Index b = bh / shape.heads;
-        body(scratch, b, bh % shape.heads, key_padding_bias(scratch, mask.key_padding, b));
+        const AttentionHead head{shape, bh / shape.heads, bh % shape.heads};
+        body(scratch, head, key_padding_bias(scratch, mask.key_padding, head.b));
       });
     }
   }
@@ -204,36 +193,31 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
                        const AttentionDropout& dropout = {}) {
   detail::check_attention("attention_forward", shape, mask, dropout,
                           {{"ldq", ldq}, {"ldk", ldk}, {"ldv", ldv}, {"ldo", ldo}});
-  const Index H = shape.heads, Tq = shape.queries, S = shape.keys, K = shape.head_dim;
+  const Index Tq = shape.queries, S = shape.keys;
   const bool drop = dropout.p > 0.0;
-  using Stride = Eigen::OuterStride<>;
   detail::for_each_head(
       shape, mask, false, drop,
-      [&](detail::AttentionScratch<T>& scratch, Index b, Index h, const T* pad) {
-        const Index bh = b * H + h;
-        detail::ConstStrided<T> kh(k + b * S * ldk + h * K, S, K, Stride(ldk));
-        detail::ConstStrided<T> vh(v + b * S * ldv + h * K, S, K, Stride(ldv));
+      [&](detail::AttentionScratch<T>& scratch, const detail::AttentionHead& head, const T* pad) {
+        const auto kh = head.keys(k, ldk), vh = head.keys(v, ldv);
         detail::for_each_query_block(Tq, S, mask.causal, [&](Index t0, Index nt, Index ns) {
-          detail::ConstStrided<T> qb(q + (b * Tq + t0) * ldq + h * K, nt, K, Stride(ldq));
           auto pb = scratch.block(scratch.p, nt, ns);
-          gemm(pb, qb, kh.topRows(ns).transpose(), false);
+          gemm(pb, head.queries(q, ldq, t0, nt), kh.topRows(ns).transpose(), false);
           for (Index i = 0; i < nt; ++i) {
-            const Index t = t0 + i;
+            const Index t = t0 + i, bht = head.query_index(t);
             const Index n = detail::visible_keys(mask.causal, t, Tq, S);
             T* row = scratch.p.data() + i * S;
-            lse[bh * Tq + t] = detail::softmax_masked_row(row, n, scale, mask.additive.row(t), pad);
+            lse[bht] = detail::softmax_masked_row(row, n, scale, mask.additive.row(t), pad);
             std::fill(row + n, row + ns, T(0));
             if (weights != nullptr) {
-              T* w = weights + (bh * Tq + t) * S;
+              T* w = weights + bht * S;
               std::copy(row, row + ns, w);
               std::fill(w + ns, w + S, T(0));
             }
-            if (drop)  // element s of row t dropped iff uniform_at(key, (bh Tq + t) S + s) < p
-              detail::dropout_mask_span(row, row, n, static_cast<std::uint64_t>((bh * Tq + t) * S),
+            if (drop)  // element s of row t dropped iff uniform_at(key, bht S + s) < p
+              detail::dropout_mask_span(row, row, n, static_cast<std::uint64_t>(bht * S),
                                         dropout.key, dropout.p);
           }
-          detail::Strided<T> ob(out + (b * Tq + t0) * ldo + h * K, nt, K, Stride(ldo));
-          gemm(ob, pb, vh.topRows(ns), false);
+          gemm(head.queries(out, ldo, t0, nt), pb, vh.topRows(ns), false);
         });
       });
 }
@@ -252,40 +236,34 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
                         const AttentionDropout& dropout = {}) {
   detail::check_attention_backward("attention_backward", shape, mask, dropout, lddq, lddk, lddv,
                                    lddo, ldq, ldk, ldv, ldo);
-  const Index H = shape.heads, Tq = shape.queries, S = shape.keys, K = shape.head_dim;
+  const Index Tq = shape.queries, S = shape.keys;
   const bool drop = dropout.p > 0.0;
-  using Stride = Eigen::OuterStride<>;
   detail::for_each_head(
       shape, mask, true, drop,
-      [&](detail::AttentionScratch<T>& scratch, Index b, Index h, const T* pad) {
-        const Index bh = b * H + h;
-        detail::ConstStrided<T> kh(k + b * S * ldk + h * K, S, K, Stride(ldk));
-        detail::ConstStrided<T> vh(v + b * S * ldv + h * K, S, K, Stride(ldv));
-        detail::Strided<T> dkh(dk + b * S * lddk + h * K, S, K, Stride(lddk));
-        detail::Strided<T> dvh(dv + b * S * lddv + h * K, S, K, Stride(lddv));
+      [&](detail::AttentionScratch<T>& scratch, const detail::AttentionHead& head, const T* pad) {
+        const auto kh = head.keys(k, ldk), vh = head.keys(v, ldv);
+        auto dkh = head.keys(dk, lddk), dvh = head.keys(dv, lddv);
         dkh.setZero();
         dvh.setZero();
         detail::for_each_query_block(Tq, S, mask.causal, [&](Index t0, Index nt, Index ns) {
-          detail::ConstStrided<T> qb(q + (b * Tq + t0) * ldq + h * K, nt, K, Stride(ldq));
-          detail::ConstStrided<T> ob(out + (b * Tq + t0) * ldo + h * K, nt, K, Stride(ldo));
-          detail::ConstStrided<T> dob(dout + (b * Tq + t0) * lddo + h * K, nt, K, Stride(lddo));
+          const auto qb = head.queries(q, ldq, t0, nt), ob = head.queries(out, ldo, t0, nt),
+                     dob = head.queries(dout, lddo, t0, nt);
           auto pb = scratch.block(scratch.p, nt, ns);
           auto dpb = scratch.block(scratch.dp, nt, ns);
           gemm(pb, qb, kh.topRows(ns).transpose(), false);
           gemm(dpb, dob, vh.topRows(ns).transpose(), false);
           for (Index i = 0; i < nt; ++i) {
-            const Index t = t0 + i;
+            const Index t = t0 + i, bht = head.query_index(t);
             const Index n = detail::visible_keys(mask.causal, t, Tq, S);
             T* row = scratch.p.data() + i * S;
             // P recomputed from the saved log-sum-exp: exp(-inf - lse) = 0 for blocked keys, and
             // lse = +inf makes a fully blocked row exactly zero.
-            detail::recompute_probabilities(row, n, scale, mask.additive.row(t), pad,
-                                            lse[bh * Tq + t]);
+            detail::recompute_probabilities(row, n, scale, mask.additive.row(t), pad, lse[bht]);
             std::fill(row + n, row + ns, T(0));
             if (drop) {  // the forward's mask, on P (into Pd) and on dP
               T* dprow = scratch.dp.data() + i * S;
               T* pdrow = scratch.pd.data() + i * S;
-              const auto base = static_cast<std::uint64_t>((bh * Tq + t) * S);
+              const auto base = static_cast<std::uint64_t>(bht * S);
               detail::dropout_mask_span(pdrow, row, n, base, dropout.key, dropout.p);
               detail::dropout_mask_span(dprow, dprow, n, base, dropout.key, dropout.p);
               std::fill(pdrow + n, pdrow + ns, T(0));
@@ -297,11 +275,10 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
             gemm(dvh.topRows(ns), pb.transpose(), dob, true);
           for (Index i = 0; i < nt; ++i) {
             const T d = dob.row(i).dot(ob.row(i));
-            detail::RowArrayMap<T> ds(scratch.dp.data() + i * S, ns);
-            ds = detail::ConstRowArrayMap<T>(scratch.p.data() + i * S, ns) * (ds - d) * scale;
+            ArrayMap<T> ds(scratch.dp.data() + i * S, ns);
+            ds = ArrayMap<const T>(scratch.p.data() + i * S, ns) * (ds - d) * scale;
           }
-          detail::Strided<T> dqb(dq + (b * Tq + t0) * lddq + h * K, nt, K, Stride(lddq));
-          gemm(dqb, dpb, kh.topRows(ns), false);  // dpb holds scale dlogits
+          gemm(head.queries(dq, lddq, t0, nt), dpb, kh.topRows(ns), false);  // dpb: scale dlogits
           gemm(dkh.topRows(ns), dpb.transpose(), qb, true);
         });
       });

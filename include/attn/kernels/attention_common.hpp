@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "attn/error.hpp"
 #include "attn/mask.hpp"
@@ -32,6 +33,44 @@ struct AttentionDropout {
 };
 
 namespace detail {
+
+/// A row-major Eigen map whose rows lie `OuterStride` elements apart; const when T is.
+template <class T>
+using StridedMap = Eigen::Map<
+    std::conditional_t<std::is_const_v<T>, const RowMatrix<std::remove_const_t<T>>, RowMatrix<T>>,
+    0, Eigen::OuterStride<>>;
+
+/// Head h of batch row b in the layout above: its [rows, K] blocks of the packed matrices, and
+/// where its queries sit in [B, H, T] arrays. The one place the layout's index arithmetic lives.
+struct AttentionHead {
+  const AttentionShape& shape;
+  Index b, h;
+
+  /// Rows [t0, t0 + rows) of the head in a matrix of B*T query rows (Q, O, dQ, dO): [rows, K].
+  template <class T>
+  StridedMap<T> queries(T* x, Index ld, Index t0, Index rows) const {
+    return block(x, ld, b * shape.queries + t0, rows);
+  }
+  /// All T query rows of the head: [T, K].
+  template <class T>
+  StridedMap<T> queries(T* x, Index ld) const {
+    return queries(x, ld, 0, shape.queries);
+  }
+  /// The head in a matrix of B*S key rows (K, V, dK, dV): [S, K].
+  template <class T>
+  StridedMap<T> keys(T* x, Index ld) const {
+    return block(x, ld, b * shape.keys, shape.keys);
+  }
+  /// Element (b, h, t) of a [B, H, T] array such as the log-sum-exp.
+  Index query_index(Index t) const { return (b * shape.heads + h) * shape.queries + t; }
+
+ private:
+  template <class T>
+  StridedMap<T> block(T* x, Index ld, Index row0, Index rows) const {
+    return StridedMap<T>(x + row0 * ld + h * shape.head_dim, rows, shape.head_dim,
+                         Eigen::OuterStride<>(ld));
+  }
+};
 
 /// True when attention weight `index` (the flat (b,h,t,s) index above) survives dropout.
 inline bool attention_keeps(const AttentionDropout& d, std::uint64_t index) {

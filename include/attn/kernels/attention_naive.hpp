@@ -22,23 +22,15 @@
 namespace attn::kernels {
 namespace detail {
 
+/// P [T, S] of the head, recomputed from scratch; returns each row's log-sum-exp in lse_bh.
 template <class T>
-using HeadMap = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
-template <class T>
-using MutableHeadMap = Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>>;
-
-/// P [T, S] of head (b, h), recomputed from scratch; returns each row's log-sum-exp in lse_bh.
-template <class T>
-RowMatrix<T> naive_probabilities(T* lse_bh, const T* q, Index ldq, const T* k, Index ldk, Index b,
-                                 Index h, const AttentionShape& shape, const AttentionMask<T>& mask,
-                                 T scale) {
-  const Index Tq = shape.queries, S = shape.keys, K = shape.head_dim;
-  HeadMap<T> qh(q + b * Tq * ldq + h * K, Tq, K, Eigen::OuterStride<>(ldq));
-  HeadMap<T> kh(k + b * S * ldk + h * K, S, K, Eigen::OuterStride<>(ldk));
-  RowMatrix<T> p = scale * (qh * kh.transpose());
+RowMatrix<T> naive_probabilities(T* lse_bh, const T* q, Index ldq, const T* k, Index ldk,
+                                 const AttentionHead& head, const AttentionMask<T>& mask, T scale) {
+  const Index Tq = head.shape.queries, S = head.shape.keys;
+  RowMatrix<T> p = scale * (head.queries(q, ldq) * head.keys(k, ldk).transpose());
   for (Index t = 0; t < Tq; ++t) {
     for (Index s = 0; s < S; ++s) {
-      if (mask.allows(b, t, s, Tq, S))
+      if (mask.allows(head.b, t, s, Tq, S))
         p(t, s) += mask.additive.at(t, s);
       else
         p(t, s) = -std::numeric_limits<T>::infinity();
@@ -48,20 +40,22 @@ RowMatrix<T> naive_probabilities(T* lse_bh, const T* q, Index ldq, const T* k, I
   return p;
 }
 
-/// Pd = P * M / (1 - p) of head (b, h).
+/// x * M / (1 - p) for a [T, S] matrix x of the head (P in forward, dPd in backward), with the
+/// flat index of AttentionDropout written out here rather than taken from the fast kernel.
 template <class T>
-RowMatrix<T> naive_dropped(const RowMatrix<T>& p, Index b, Index h, const AttentionShape& shape,
+RowMatrix<T> naive_dropped(const RowMatrix<T>& x, const AttentionHead& head,
                            const AttentionDropout& dropout) {
-  if (dropout.p == 0.0) return p;
-  RowMatrix<T> pd(p.rows(), p.cols());
+  if (dropout.p == 0.0) return x;
+  const AttentionShape& shape = head.shape;
+  RowMatrix<T> xd(x.rows(), x.cols());
   const T inv_keep = T(1 / (1 - dropout.p));
-  for (Index t = 0; t < p.rows(); ++t)
-    for (Index s = 0; s < p.cols(); ++s) {
-      const auto index =
-          static_cast<std::uint64_t>(((b * shape.heads + h) * shape.queries + t) * shape.keys + s);
-      pd(t, s) = attention_keeps(dropout, index) ? p(t, s) * inv_keep : T(0);
+  for (Index t = 0; t < x.rows(); ++t)
+    for (Index s = 0; s < x.cols(); ++s) {
+      const auto index = static_cast<std::uint64_t>(
+          ((head.b * shape.heads + head.h) * shape.queries + t) * shape.keys + s);
+      xd(t, s) = attention_keeps(dropout, index) ? x(t, s) * inv_keep : T(0);
     }
-  return pd;
+  return xd;
 }
 
 }  // namespace detail
@@ -76,17 +70,14 @@ void attention_forward_naive(T* out, Index ldo, T* lse, T* weights, const T* q, 
                              const AttentionDropout& dropout = {}) {
   detail::check_attention("attention_forward_naive", shape, mask, dropout,
                           {{"ldq", ldq}, {"ldk", ldk}, {"ldv", ldv}, {"ldo", ldo}});
-  const Index B = shape.batch, H = shape.heads, Tq = shape.queries, S = shape.keys,
-              K = shape.head_dim;
-  for (Index b = 0; b < B; ++b)
-    for (Index h = 0; h < H; ++h) {
-      const Index bh = b * H + h;
-      RowMatrix<T> p =
-          detail::naive_probabilities(lse + bh * Tq, q, ldq, k, ldk, b, h, shape, mask, scale);
-      if (weights != nullptr) Eigen::Map<RowMatrix<T>>(weights + bh * Tq * S, Tq, S) = p;
-      detail::HeadMap<T> vh(v + b * S * ldv + h * K, S, K, Eigen::OuterStride<>(ldv));
-      detail::MutableHeadMap<T> oh(out + b * Tq * ldo + h * K, Tq, K, Eigen::OuterStride<>(ldo));
-      oh = detail::naive_dropped(p, b, h, shape, dropout) * vh;
+  for (Index b = 0; b < shape.batch; ++b)
+    for (Index h = 0; h < shape.heads; ++h) {
+      const detail::AttentionHead head{shape, b, h};
+      const Index first = head.query_index(0);  // of the head's T rows in [B, H, T]
+      RowMatrix<T> p = detail::naive_probabilities(lse + first, q, ldq, k, ldk, head, mask, scale);
+      if (weights != nullptr)
+        Eigen::Map<RowMatrix<T>>(weights + first * shape.keys, shape.queries, shape.keys) = p;
+      head.queries(out, ldo) = detail::naive_dropped(p, head, dropout) * head.keys(v, ldv);
     }
 }
 
@@ -107,37 +98,22 @@ void attention_backward_naive(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index
   (void)lse;
   detail::check_attention_backward("attention_backward_naive", shape, mask, dropout, lddq, lddk,
                                    lddv, lddo, ldq, ldk, ldv, ldo);
-  const Index B = shape.batch, H = shape.heads, Tq = shape.queries, S = shape.keys,
-              K = shape.head_dim;
+  const Index Tq = shape.queries, S = shape.keys;
   std::vector<T> lse_bh(static_cast<std::size_t>(Tq));
-  for (Index b = 0; b < B; ++b)
-    for (Index h = 0; h < H; ++h) {
+  for (Index b = 0; b < shape.batch; ++b)
+    for (Index h = 0; h < shape.heads; ++h) {
+      const detail::AttentionHead head{shape, b, h};
       const RowMatrix<T> p =
-          detail::naive_probabilities(lse_bh.data(), q, ldq, k, ldk, b, h, shape, mask, scale);
-      const RowMatrix<T> pd = detail::naive_dropped(p, b, h, shape, dropout);
-      detail::HeadMap<T> qh(q + b * Tq * ldq + h * K, Tq, K, Eigen::OuterStride<>(ldq));
-      detail::HeadMap<T> kh(k + b * S * ldk + h * K, S, K, Eigen::OuterStride<>(ldk));
-      detail::HeadMap<T> vh(v + b * S * ldv + h * K, S, K, Eigen::OuterStride<>(ldv));
-      detail::HeadMap<T> doh(dout + b * Tq * lddo + h * K, Tq, K, Eigen::OuterStride<>(lddo));
-      detail::MutableHeadMap<T> dqh(dq + b * Tq * lddq + h * K, Tq, K, Eigen::OuterStride<>(lddq));
-      detail::MutableHeadMap<T> dkh(dk + b * S * lddk + h * K, S, K, Eigen::OuterStride<>(lddk));
-      detail::MutableHeadMap<T> dvh(dv + b * S * lddv + h * K, S, K, Eigen::OuterStride<>(lddv));
-
-      dvh = pd.transpose() * doh;
-      RowMatrix<T> dp = doh * vh.transpose();
-      if (dropout.p != 0.0) {
-        const T inv_keep = T(1 / (1 - dropout.p));
-        for (Index t = 0; t < Tq; ++t)
-          for (Index s = 0; s < S; ++s) {
-            const auto index = static_cast<std::uint64_t>(((b * H + h) * Tq + t) * S + s);
-            dp(t, s) = detail::attention_keeps(dropout, index) ? dp(t, s) * inv_keep : T(0);
-          }
-      }
+          detail::naive_probabilities(lse_bh.data(), q, ldq, k, ldk, head, mask, scale);
+      const auto doh = head.queries(dout, lddo);
+      head.keys(dv, lddv) = detail::naive_dropped(p, head, dropout).transpose() * doh;
+      const RowMatrix<T> dpd = doh * head.keys(v, ldv).transpose();
+      const RowMatrix<T> dp = detail::naive_dropped(dpd, head, dropout);
       RowMatrix<T> dlogits(Tq, S);
       for (Index t = 0; t < Tq; ++t)
         softmax_row_backward(dlogits.data() + t * S, p.data() + t * S, dp.data() + t * S, S);
-      dqh = scale * (dlogits * kh);
-      dkh = scale * (dlogits.transpose() * qh);
+      head.queries(dq, lddq) = scale * (dlogits * head.keys(k, ldk));
+      head.keys(dk, lddk) = scale * (dlogits.transpose() * head.queries(q, ldq));
     }
 }
 

@@ -33,12 +33,10 @@ template <class T>
 void cross_entropy_forward_backward(T* dlogits, double* loss, double* nll, const T* logits,
                                     const TokenId* targets, Index N, Index V, TokenId pad_id,
                                     double eps, double scale) {
-  using Row = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
-  using RowOut = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
   const double nan = std::numeric_limits<double>::quiet_NaN();
   constexpr Index kChunk = 256;
   parallel_for(N, V, kParallelMinRowwise, [&](Index r) {
-    const Row x(logits + r * V, V);
+    const ArrayMap<const T> x(logits + r * V, V);
     // The sum in double cannot overflow for finite float logits, so it is NaN or Inf exactly when
     // some logit is; it also gives mean_j x_j for the smoothing term.
     const double sum_x = x.template cast<double>().sum();
@@ -49,7 +47,7 @@ void cross_entropy_forward_backward(T* dlogits, double* loss, double* nll, const
     const TokenId t = targets[r];
     if (t == pad_id) {
       loss[r] = nll[r] = 0.0;
-      if (dlogits != nullptr) RowOut(dlogits + r * V, V).setZero();
+      if (dlogits != nullptr) ArrayMap<T>(dlogits + r * V, V).setZero();
       return;
     }
     const T m = x.maxCoeff();
@@ -62,7 +60,7 @@ void cross_entropy_forward_backward(T* dlogits, double* loss, double* nll, const
     for (Index c = 0; c < V; c += kChunk) {
       const Index n = std::min(kChunk, V - c);
       T* e_ptr = dlogits != nullptr ? dlogits + r * V + c : chunk_buffer;
-      RowOut e(e_ptr, n);
+      ArrayMap<T> e(e_ptr, n);
       e = (x.segment(c, n) - m).exp();
       sum_exp += static_cast<double>(e.sum());
     }
@@ -71,7 +69,7 @@ void cross_entropy_forward_backward(T* dlogits, double* loss, double* nll, const
     loss[r] = (1.0 - eps) * nll[r] + eps * (lse - sum_x / static_cast<double>(V));
     if (dlogits != nullptr) {
       // dx_j = scale (e_j / sum_exp - eps/V) - scale (1 - eps) [j == t]
-      RowOut d(dlogits + r * V, V);
+      ArrayMap<T> d(dlogits + r * V, V);
       const T s = static_cast<T>(scale / sum_exp);
       const T uniform = static_cast<T>(scale * eps / static_cast<double>(V));
       d = d * s - uniform;

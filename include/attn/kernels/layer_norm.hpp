@@ -17,8 +17,7 @@ namespace detail {
 template <class T>
 void layer_norm_row(T* y, T& mean, T& rstd, const T* x, const T* gamma, const T* beta, Index D,
                     double eps) {
-  using Row = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
-  const Row xr(x, D);
+  const ArrayMap<const T> xr(x, D);
   // Two passes (mean, then squared deviations) rather than E[x^2] - E[x]^2, which cancels
   // catastrophically in float when |mean| >> std.
   const T mu = xr.mean();
@@ -26,8 +25,7 @@ void layer_norm_row(T* y, T& mean, T& rstd, const T* x, const T* gamma, const T*
   const T rs = T(1) / std::sqrt(var + static_cast<T>(eps));
   mean = mu;
   rstd = rs;
-  Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>(y, D) =
-      (xr - mu) * rs * Row(gamma, D) + Row(beta, D);
+  ArrayMap<T>(y, D) = (xr - mu) * rs * ArrayMap<const T>(gamma, D) + ArrayMap<const T>(beta, D);
 }
 
 }  // namespace detail
@@ -51,17 +49,15 @@ void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, cons
 template <class T>
 void layer_norm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, const T* mean,
                          const T* rstd, const T* gamma, Index rows, Index D) {
-  using Row = Eigen::Map<const Eigen::Array<T, 1, Eigen::Dynamic>>;
-  using RowOut = Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>;
-  const Row g(gamma, D);
+  const ArrayMap<const T> g(gamma, D);
   parallel_for(rows, D, kParallelMinRowwise, [&](Index r) {
-    const Row dyr(dy + r * D, D), xr(x + r * D, D);
+    const ArrayMap<const T> dyr(dy + r * D, D), xr(x + r * D, D);
     const T mu = mean[r], rs = rstd[r];
     const T inv_d = T(1) / static_cast<T>(D);
     // mean_j(g) and mean_j(g * xhat), then dx without materialising g or xhat.
     const T mean_g = (dyr * g).sum() * inv_d;
     const T mean_gx = (dyr * g * (xr - mu)).sum() * rs * inv_d;
-    RowOut(dx + r * D, D) = rs * (dyr * g - mean_g - (xr - mu) * rs * mean_gx);
+    ArrayMap<T>(dx + r * D, D) = rs * (dyr * g - mean_g - (xr - mu) * rs * mean_gx);
   });
   // Column blocks of kBlock keep the inner loop contiguous (vectorisable) while each column is
   // still owned by exactly one thread.
@@ -73,12 +69,12 @@ void layer_norm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* x, co
     Eigen::Array<T, 1, kBlock> sg = Eigen::Array<T, 1, kBlock>::Zero();
     Eigen::Array<T, 1, kBlock> sb = Eigen::Array<T, 1, kBlock>::Zero();
     for (Index r = 0; r < rows; ++r) {
-      const Row dyr(dy + r * D + j0, w), xr(x + r * D + j0, w);
+      const ArrayMap<const T> dyr(dy + r * D + j0, w), xr(x + r * D + j0, w);
       sg.head(w) += dyr * (xr - mean[r]) * rstd[r];
       sb.head(w) += dyr;
     }
-    RowOut(dgamma + j0, w) += sg.head(w);
-    RowOut(dbeta + j0, w) += sb.head(w);
+    ArrayMap<T>(dgamma + j0, w) += sg.head(w);
+    ArrayMap<T>(dbeta + j0, w) += sb.head(w);
   });
 }
 

@@ -20,7 +20,7 @@ void add_column_sums(T* sums, const ConstMatrixRef<T>& m) {
     const Index j0 = b * kBlock, w = std::min(kBlock, O - j0);
     Eigen::Array<T, 1, kBlock> acc = Eigen::Array<T, 1, kBlock>::Zero();
     for (Index r = 0; r < N; ++r) acc.head(w) += m.row(r).segment(j0, w).array();
-    Eigen::Map<Eigen::Array<T, 1, Eigen::Dynamic>>(sums + j0, w) += acc.head(w);
+    ArrayMap<T>(sums + j0, w) += acc.head(w);
   });
 }
 

@@ -20,7 +20,7 @@ namespace attn::kernels {
 /// 1e-38 of the row's largest (which is 1 here) changes no result.
 template <class T>
 void exp_flush_denormals(T* x, Index n) {
-  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(x, n);
+  ArrayMap<T> a(x, n);
   a = a.exp();
   const T tiny = std::numeric_limits<T>::min();
   for (Index i = 0; i < n; ++i) x[i] = x[i] < tiny ? T(0) : x[i];  // compiles to a blend
@@ -31,7 +31,7 @@ void exp_flush_denormals(T* x, Index n) {
 template <class T>
 T softmax_row_forward(T* x, Index n) {
   if (n == 0) return std::numeric_limits<T>::infinity();
-  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> a(x, n);
+  ArrayMap<T> a(x, n);
   const T m = a.maxCoeff();
   if (m == -std::numeric_limits<T>::infinity()) {
     a.setZero();
@@ -50,9 +50,9 @@ T softmax_row_forward(T* x, Index n) {
 template <class T>
 void softmax_row_backward(T* dx, const T* p, const T* dp, Index n) {
   if (n == 0) return;
-  Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> pa(p, n), dpa(dp, n);
+  ArrayMap<const T> pa(p, n), dpa(dp, n);
   const T dot = (pa * dpa).sum();
-  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(dx, n) = pa * (dpa - dot);
+  ArrayMap<T>(dx, n) = pa * (dpa - dot);
 }
 
 }  // namespace attn::kernels

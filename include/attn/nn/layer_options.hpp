@@ -61,10 +61,18 @@ std::ostream& print_fields(std::ostream& os, const Config& config) {
   return os;
 }
 
+/// Throws ConfigError for the first field of `config` outside its FieldRule.
+template <class Config>
+void check_fields(const Config& config) {
+  config.visit_fields(
+      [](const char* name, const auto& value, FieldRule rule) { check_field(name, value, rule); });
+}
+
 }  // namespace detail
 
 /// Gives Config visit_fields(f), which calls f(name, field, rule) for every field in declaration
 /// order, const or not, from Config's private static visit(self, f): the one list of its fields.
+/// Printing (operator<<, "name=value ...") walks that list.
 template <class Config>
 struct FieldList {
   template <class F>
@@ -74,6 +82,10 @@ struct FieldList {
   template <class F>
   void visit_fields(F&& f) const {
     Config::visit(static_cast<const Config&>(*this), f);
+  }
+
+  friend std::ostream& operator<<(std::ostream& os, const Config& config) {
+    return detail::print_fields(os, config);
   }
 };
 
@@ -96,14 +108,9 @@ struct LayerOptions : FieldList<LayerOptions> {
 
   /// Throws ConfigError naming the offending value.
   void validate() const {
-    visit_fields(
-        [](const char* name, const auto& v, FieldRule r) { detail::check_field(name, v, r); });
+    detail::check_fields(*this);
     ATTN_CHECK(d_model % heads == 0, ConfigError, "d_model (", d_model,
                ") must be divisible by heads (", heads, ")");
-  }
-
-  friend std::ostream& operator<<(std::ostream& os, const LayerOptions& o) {
-    return detail::print_fields(os, o);
   }
 
  protected:

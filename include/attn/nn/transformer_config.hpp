@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
-#include <ostream>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -59,8 +58,7 @@ struct TransformerConfig : LayerOptions, FieldList<TransformerConfig> {
 
   /// Throws ConfigError naming the offending value.
   void validate() const {
-    visit_fields(
-        [](const char* name, const auto& v, FieldRule r) { detail::check_field(name, v, r); });
+    detail::check_fields(*this);
     LayerOptions::validate();
     ATTN_CHECK(!share_embeddings || src_vocab == tgt_vocab, ConfigError,
                "share_embeddings needs one vocabulary, got src_vocab ", src_vocab,
@@ -96,11 +94,6 @@ struct TransformerConfig : LayerOptions, FieldList<TransformerConfig> {
     });
     c.validate();
     return c;
-  }
-
-  /// "src_vocab=... tgt_vocab=... ...": every field, in declaration order.
-  friend std::ostream& operator<<(std::ostream& os, const TransformerConfig& c) {
-    return detail::print_fields(os, c);
   }
 
  private:
