@@ -154,8 +154,14 @@ TEST_F(Gemm, TasksCoverEveryElementOnceAndGiveEveryThreadWork) {
   using kernels::detail::GemmTasks;
   using kernels::detail::kNC;
   using kernels::detail::kNR;
-  for (const auto& [M, N] : std::vector<std::pair<Index, Index>>{
-           {1, 1}, {16, 512}, {32, 1536}, {32, 8000}, {100, 64}, {256, 1024}, {2048, 512}, {2048, 8000}})
+  for (const auto& [M, N] : std::vector<std::pair<Index, Index>>{{1, 1},
+                                                                 {16, 512},
+                                                                 {32, 1536},
+                                                                 {32, 8000},
+                                                                 {100, 64},
+                                                                 {256, 1024},
+                                                                 {2048, 512},
+                                                                 {2048, 8000}})
     for (int threads : {1, 2}) {
       SCOPED_TRACE(::testing::Message()
                    << "M=" << M << " N=" << N << ", " << threads << " threads");
@@ -290,13 +296,10 @@ TEST_F(Gemm, AccumulatesTakesTransposedOperandsAndAppliesTheEpilogueOnEveryPath)
   }
 }
 
-// Dropout in the epilogue (FeedForward's hidden layer): the same bits as the product followed by
-// kernels::dropout_forward over c as one flat tensor, on every path, for few-row, tail-block and
-// multi-block products, on 1 and 2 threads.
-TEST_F(Gemm, DropoutInTheEpilogueIsTheSeparateDropout) {
-  const Index K = 70, N = 300;
-  const double p = 0.3;
-  const std::uint64_t key = 77;
+// Runs body(M) on every path, for a few-row (7), tail-block (32, 100) and multi-block (513)
+// product, on 1 and 2 threads: the cases of the epilogue tests.
+template <class Body>
+void for_each_epilogue_case(Body body) {
   for (kernels::GemmPath path : available_paths()) {
     kernels::set_gemm_path(path);
     for (Index M : {7, 32, 100, 513})
@@ -304,18 +307,29 @@ TEST_F(Gemm, DropoutInTheEpilogueIsTheSeparateDropout) {
         SCOPED_TRACE(::testing::Message()
                      << name_of(path) << ", M=" << M << ", " << threads << " threads");
         set_num_threads(threads);
-        const auto x = random_matrix<float>(M, K, 31), w = random_matrix<float>(N, K, 32);
-        const auto bias = random_matrix<float>(1, N, 33);
-        RowMatrix<float> fused(M, N), separate(M, N);
-        kernels::gemm(fused, x, w.transpose(), false,
-                      kernels::Epilogue<float>{bias.data(), true, p, key});
-        kernels::gemm(separate, x, w.transpose(), false,
-                      kernels::Epilogue<float>{bias.data(), true});
-        kernels::dropout_forward(separate.data(), separate.data(), M * N, p, key);
-        EXPECT_TRUE((fused.array() == separate.array()).all());
-        EXPECT_GT((fused.array() == 0).count(), M * N / 4) << "ReLU and dropout both zero some";
+        body(M);
       }
   }
+}
+
+// Dropout in the epilogue (FeedForward's hidden layer): the same bits as the product followed by
+// kernels::dropout_forward over c as one flat tensor, on every path, for few-row, tail-block and
+// multi-block products, on 1 and 2 threads.
+TEST_F(Gemm, DropoutInTheEpilogueIsTheSeparateDropout) {
+  const Index K = 70, N = 300;
+  const double p = 0.3;
+  const std::uint64_t key = 77;
+  for_each_epilogue_case([&](Index M) {
+    const auto x = random_matrix<float>(M, K, 31), w = random_matrix<float>(N, K, 32);
+    const auto bias = random_matrix<float>(1, N, 33);
+    RowMatrix<float> fused(M, N), separate(M, N);
+    kernels::gemm(fused, x, w.transpose(), false,
+                  kernels::Epilogue<float>{bias.data(), true, p, key});
+    kernels::gemm(separate, x, w.transpose(), false, kernels::Epilogue<float>{bias.data(), true});
+    kernels::dropout_forward(separate.data(), separate.data(), M * N, p, key);
+    EXPECT_TRUE((fused.array() == separate.array()).all());
+    EXPECT_GT((fused.array() == 0).count(), M * N / 4) << "ReLU and dropout both zero some";
+  });
 }
 
 // The gate in the epilogue (FeedForward's backward): dx = dy W gated by the hidden output h =
@@ -327,34 +341,27 @@ TEST_F(Gemm, GateInTheEpilogueIsTheDropoutAndReluBackward) {
   const double p = 0.3;
   const std::uint64_t key = 78;
   const float scale = static_cast<float>(1.0 / (1.0 - p));
-  for (kernels::GemmPath path : available_paths()) {
-    kernels::set_gemm_path(path);
-    for (Index M : {7, 32, 100, 513})
-      for (int threads : {1, 2}) {
-        SCOPED_TRACE(::testing::Message()
-                     << name_of(path) << ", M=" << M << ", " << threads << " threads");
-        set_num_threads(threads);
-        const auto dy = random_matrix<float>(M, K, 41), w = random_matrix<float>(K, N, 42);
-        // h = dropout(relu(.)), kept in the left N columns of a wider matrix (NaN beyond).
-        RowMatrix<float> h = random_matrix<float>(M, N, 43).cwiseMax(0.0f);
-        kernels::dropout_forward(h.data(), h.data(), M * N, p, key);
-        RowMatrix<float> wide =
-            RowMatrix<float>::Constant(M, N + 5, std::numeric_limits<float>::quiet_NaN());
-        wide.leftCols(N) = h;
-        kernels::Epilogue<float> gate;
-        gate.gate = wide.data();
-        gate.gate_stride = N + 5;
-        gate.gate_scale = scale;
-        RowMatrix<float> fused(M, N), separate(M, N);
-        kernels::gemm(fused, dy, w, false, gate);
-        kernels::gemm(separate, dy, w, false);
-        kernels::dropout_backward(separate.data(), separate.data(), M * N, p, key);
-        kernels::relu_backward(separate.data(), separate.data(), h.data(), M * N);
-        EXPECT_TRUE((fused.array() == separate.array()).all());
-        EXPECT_GT((fused.array() == 0).count(), M * N / 3) << "the gate zeroes some";
-        EXPECT_GT((fused.array() != 0).count(), M * N / 4) << "and passes some";
-      }
-  }
+  for_each_epilogue_case([&](Index M) {
+    const auto dy = random_matrix<float>(M, K, 41), w = random_matrix<float>(K, N, 42);
+    // h = dropout(relu(.)), kept in the left N columns of a wider matrix (NaN beyond).
+    RowMatrix<float> h = random_matrix<float>(M, N, 43).cwiseMax(0.0f);
+    kernels::dropout_forward(h.data(), h.data(), M * N, p, key);
+    RowMatrix<float> wide =
+        RowMatrix<float>::Constant(M, N + 5, std::numeric_limits<float>::quiet_NaN());
+    wide.leftCols(N) = h;
+    kernels::Epilogue<float> gate;
+    gate.gate = wide.data();
+    gate.gate_stride = N + 5;
+    gate.gate_scale = scale;
+    RowMatrix<float> fused(M, N), separate(M, N);
+    kernels::gemm(fused, dy, w, false, gate);
+    kernels::gemm(separate, dy, w, false);
+    kernels::dropout_backward(separate.data(), separate.data(), M * N, p, key);
+    kernels::relu_backward(separate.data(), separate.data(), h.data(), M * N);
+    EXPECT_TRUE((fused.array() == separate.array()).all());
+    EXPECT_GT((fused.array() == 0).count(), M * N / 3) << "the gate zeroes some";
+    EXPECT_GT((fused.array() != 0).count(), M * N / 4) << "and passes some";
+  });
 }
 
 TEST_F(Gemm, SmallEmptyAndDoubleProductsTakeTheEigenPath) {
