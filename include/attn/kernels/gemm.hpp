@@ -188,8 +188,8 @@ bool try_gemm_avx512(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const 
                                         bv->col_stride};
     const double work = static_cast<double>(c.rows()) * static_cast<double>(c.cols()) *
                         static_cast<double>(a.cols());
-    const GemmEpilogue fused{epi.bias,     epi.relu,        epi.dropout,   epi.dropout_key,
-                             epi.gate,     epi.gate_stride, epi.gate_scale};
+    const GemmEpilogue fused{epi.bias, epi.relu,        epi.dropout,   epi.dropout_key,
+                             epi.gate, epi.gate_stride, epi.gate_scale};
     if (c.rows() < kGemmPackedMinRows) {
       if (!gemm_small_rows(ac, bc, *cv, accumulate, fused,
                            work >= kGemmSmallParallelMinWork ? num_threads() : 1))

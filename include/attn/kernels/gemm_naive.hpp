@@ -10,8 +10,7 @@ namespace attn::kernels {
 /// Acc (the scalar type by default; long double gives the tests a near-exact reference).
 template <class Acc = void, class Dst, class Lhs, class Rhs,
           class T = typename std::decay_t<Dst>::Scalar>
-void gemm_naive(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate,
-                const Epilogue<T>& epi = {}) {
+void gemm_naive(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T>& epi = {}) {
   using Sum = std::conditional_t<std::is_void_v<Acc>, T, Acc>;
   for (Index i = 0; i < c.rows(); ++i)
     for (Index j = 0; j < c.cols(); ++j) {

@@ -234,8 +234,8 @@ ATTN_TARGET_AVX512 inline void pack_b_panel(const StridedMatrix<const float>& b,
 /// back. Packing a panel at a time instead reads 128 bytes per row, one page per row when rows are
 /// 4 KiB or more apart, which the prefetchers do not follow: a cold [2048, 1024] activation (a
 /// weight gradient's B) packed in about 1.0 ms that way, 0.53 ms four panels at a time.
-ATTN_TARGET_AVX512 inline void pack_b_panels(const StridedMatrix<const float>& b, Index k0, Index kc,
-                                             Index q0, Index q1, float* block) {
+ATTN_TARGET_AVX512 inline void pack_b_panels(const StridedMatrix<const float>& b, Index k0,
+                                             Index kc, Index q0, Index q1, float* block) {
   for (Index k = 0; k < kc; ++k) {
     const float* src = &b(k0 + k, 0);
     for (Index q = q0; q < q1; ++q) {

@@ -38,7 +38,8 @@ inline float* pack_buffer(PackSlot slot, Index floats) {
   return buf.data;
 }
 
-/// Panels of B per packing task when B's rows are contiguous (pack_b_panels): 512 bytes of each row.
+/// Panels of B per packing task when B's rows are contiguous (pack_b_panels): 512 bytes of each
+/// row.
 inline constexpr Index kPackPanels = 4;
 
 /// The packed form of B: kKC-deep blocks, each `panels` panels of kc x kNR.
@@ -138,10 +139,10 @@ ATTN_TARGET_AVX512 inline void gemm_block(const StridedMatrix<const float>& a, c
 ///     threads sweep all rows against one block of B (which stays in cache) before the next;
 ///   - tail (on several threads): the last rows, between 1 and 2 kMC blocks' worth per thread, in
 ///     blocks of at most kMC rows by kTailPanels or fewer panels, so that the threads finish
-///     together. Narrow, not short: a block of 24 rows by 1024 columns (the tail before) passed each
-///     B panel to only two micro-tiles, and a weight gradient of 256 rows summed over 2048 tokens
-///     was 9-11 such tasks of up to 50 M multiply-adds for two threads. A product of few rows is
-///     all tail, cut by columns into about kTasksPerThread tasks per thread.
+///     together. Narrow, not short: a block of 24 rows by 1024 columns (the tail before) passed
+///     each B panel to only two micro-tiles, and a weight gradient of 256 rows summed over 2048
+///     tokens was 9-11 such tasks of up to 50 M multiply-adds for two threads. A product of few
+///     rows is all tail, cut by columns into about kTasksPerThread tasks per thread.
 /// The cut never changes a result: each element of C is summed the same way in any block.
 struct GemmTasks {
   static constexpr Index kTasksPerThread = 4;
@@ -149,7 +150,8 @@ struct GemmTasks {
   static constexpr Index kTailPanels = 4;  // and at most 128
   static constexpr double kTailTaskWork = 1 << 23;  // multiply-adds: above, a tail task is heavy
   Index rows, panels;
-  Index head_blocks = 0, nc_panels = 0, col_blocks = 0;  // head: row blocks, panels per column block
+  // head: row blocks, panels per column block, column blocks
+  Index head_blocks = 0, nc_panels = 0, col_blocks = 0;
   Index tail_blocks = 0, tail_rows = 0, tail_panels = 0, tail_col_blocks = 0;
 
   GemmTasks(Index M, Index N, Index K, int threads) : rows(M), panels(ceil_div(N, kNR)) {
@@ -173,9 +175,9 @@ struct GemmTasks {
       return static_cast<double>(tail_rows * p * kNR) * static_cast<double>(K) > kTailTaskWork;
     };
     tail_panels = std::min(kTailPanels, panels);
-    while (tail_panels > 1 && (heavy(tail_panels) || (tail_panels > kMinPanels &&
-                                                      tail_blocks * ceil_div(panels, tail_panels) <
-                                                          wanted)))
+    while (tail_panels > 1 &&
+           (heavy(tail_panels) ||
+            (tail_panels > kMinPanels && tail_blocks * ceil_div(panels, tail_panels) < wanted)))
       --tail_panels;
     tail_col_blocks = ceil_div(panels, tail_panels);
   }
