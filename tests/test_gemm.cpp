@@ -364,6 +364,59 @@ TEST_F(Gemm, GateInTheEpilogueIsTheDropoutAndReluBackward) {
   });
 }
 
+#if defined(ATTN_HAVE_AVX512_GEMM)
+// C whose rows are a multiple of 4 KiB apart (FeedForward's hidden layer at d_ff 1024 or 2048) is
+// computed block by block in a copy and then stored: the same bits as C whose rows are not, with
+// accumulation and every epilogue, on 1 and 2 threads; the columns of the wider matrix beyond C
+// are left as they were.
+TEST_F(Gemm, CWithRowsFourKibApartIsComputedInACopyWithTheSameBits) {
+  if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  using kernels::detail::StridedMatrix;
+  const Index K = 600, stride = 1024;
+  const float sentinel = -12345.0f;
+  for (Index M : {Index(7), Index(100), Index(513)})
+    for (Index N : {Index(1000), Index(1024)}) {
+      const auto a = random_matrix<float>(M, K, 51), b = random_matrix<float>(K, N, 52);
+      const auto bias = random_matrix<float>(1, N, 53), start = random_matrix<float>(M, N, 54);
+      const auto gate = random_matrix<float>(M, N, 55);
+      const RowMatrix<double> product = reference_product(a, b);
+      ASSERT_TRUE(kernels::detail::c_rows_alias({nullptr, M, N, stride, 1}));
+      ASSERT_FALSE(kernels::detail::c_rows_alias({nullptr, M, N, N + 16, 1}));
+      for (int epilogue = 0; epilogue < 3; ++epilogue)
+        for (bool accumulate : {false, true})
+          for (int threads : {1, 2}) {
+            SCOPED_TRACE(::testing::Message()
+                         << "M=" << M << " N=" << N << " epilogue=" << epilogue
+                         << " acc=" << accumulate << ", " << threads << " threads");
+            kernels::detail::GemmEpilogue epi;
+            if (epilogue == 1) epi = {bias.data(), true, 0.25, 91};
+            if (epilogue == 2) {
+              epi.gate = gate.data();
+              epi.gate_stride = N;
+              epi.gate_scale = 1.5f;
+            }
+            RowMatrix<float> aliased = RowMatrix<float>::Constant(M, stride, sentinel);
+            RowMatrix<float> apart = RowMatrix<float>::Constant(M, N + 16, sentinel);
+            aliased.leftCols(N) = start;
+            apart.leftCols(N) = start;
+            const StridedMatrix<const float> av{a.data(), M, K, K, 1}, bv{b.data(), K, N, N, 1};
+            kernels::detail::gemm_packed(av, bv, {aliased.data(), M, N, stride, 1}, accumulate, epi,
+                                         threads);
+            kernels::detail::gemm_packed(av, bv, {apart.data(), M, N, N + 16, 1}, accumulate, epi,
+                                         threads);
+            EXPECT_TRUE((aliased.leftCols(N).array() == apart.leftCols(N).array()).all());
+            EXPECT_TRUE((aliased.rightCols(stride - N).array() == sentinel).all());
+            if (epilogue == 0) {
+              const RowMatrix<double> expected =
+                  accumulate ? RowMatrix<double>(product + start.cast<double>()) : product;
+              EXPECT_LT((aliased.leftCols(N).cast<double>() - expected).cwiseAbs().maxCoeff(),
+                        2e-7 * static_cast<double>(K) + 1e-6);
+            }
+          }
+    }
+}
+#endif  // ATTN_HAVE_AVX512_GEMM
+
 TEST_F(Gemm, SmallEmptyAndDoubleProductsTakeTheEigenPath) {
   set_num_threads(2);
   const auto a = random_matrix<double>(3, 4, 6);

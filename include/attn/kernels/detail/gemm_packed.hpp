@@ -17,14 +17,14 @@ namespace attn::kernels::detail {
 
 /// A 64-byte aligned buffer per thread and purpose that only ever grows, so that a training loop
 /// allocates packing space in its first step and never again.
-enum class PackSlot { b = 0, a = 1 };
+enum class PackSlot { b = 0, a = 1, c = 2 };
 inline float* pack_buffer(PackSlot slot, Index floats) {
   struct Buffer {
     float* data = nullptr;
     Index capacity = 0;
     ~Buffer() { std::free(data); }
   };
-  thread_local Buffer buffers[2];
+  thread_local Buffer buffers[3];
   Buffer& buf = buffers[static_cast<int>(slot)];
   if (buf.capacity < floats) {
     std::free(buf.data);
@@ -62,18 +62,28 @@ inline ALayout a_layout(const StridedMatrix<const float>& a) {
   return a.col_stride == 1 ? ALayout::rows : a.row_stride == 1 ? ALayout::columns : ALayout::packed;
 }
 
+/// Where a block of C is computed: C itself, or a per-thread copy (see gemm_block). `data` is the
+/// block's first element, (blk.i0, blk.q0 kNR) of C.
+struct CTarget {
+  float* data;
+  Index ld;
+  float* tile(const CBlock& blk, Index p, Index q) const {
+    return data + p * ld + (q - blk.q0) * kNR;
+  }
+};
+
 /// Prefetches into L1 the rows of the C tile gemm_block_depth computes after tile (p, q) of `blk`:
 /// the next row panel, or the first of the next column panel. Where C is read back, its rows wait
 /// in L3 or memory (a whole depth block of the task has passed since), and the tile's 24 loads
 /// stalled its FMAs: with this, A^T B at 2048 x 512 x 8000 went from 48-52 to 43-46 ms, at 2048
 /// x 512 x 2048 from 12.6-13.3 to 11.6-12.7 ms (2 threads, alternating runs).
-ATTN_TARGET_AVX512 inline void prefetch_next_c_tile(const StridedMatrix<float>& c,
-                                                    const CBlock& blk, Index p, Index q) {
+ATTN_TARGET_AVX512 inline void prefetch_next_c_tile(const CTarget& c, const CBlock& blk, Index p,
+                                                    Index q) {
   const bool same_q = p + kMR < blk.mc;
   const Index np = same_q ? p + kMR : 0, nq = same_q ? q : q + 1;
   if (nq >= blk.q1) return;
-  const float* row = &c(blk.i0 + np, nq * kNR);
-  for (Index r = 0, rows = std::min<Index>(kMR, blk.mc - np); r < rows; ++r, row += c.row_stride) {
+  const float* row = c.tile(blk, np, nq);
+  for (Index r = 0, rows = std::min<Index>(kMR, blk.mc - np); r < rows; ++r, row += c.ld) {
     _mm_prefetch(reinterpret_cast<const char*>(row), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(row + 16), _MM_HINT_T0);
   }
@@ -83,10 +93,9 @@ ATTN_TARGET_AVX512 inline void prefetch_next_c_tile(const StridedMatrix<float>& 
 /// each of the block's B panels.
 template <ALayout L>
 ATTN_TARGET_AVX512 void gemm_block_depth(const StridedMatrix<const float>& a, const PackedB& b,
-                                         StridedMatrix<float> c, const CBlock& blk, Index k0,
+                                         const CTarget& c, Index N, const CBlock& blk, Index k0,
                                          Index kc, bool from_zero, bool last,
                                          const GemmEpilogue& epi, const float* packed_a) {
-  const Index N = c.cols;
   for (Index q = blk.q0; q < blk.q1; ++q) {
     const Index j0 = q * kNR, nc = std::min<Index>(kNR, N - j0);
     const float* bq = b.panel(k0, kc, q);
@@ -98,10 +107,27 @@ ATTN_TARGET_AVX512 void gemm_block_depth(const StridedMatrix<const float>& a, co
                             ? APanel{packed_a + p * kc, 1, kMR}
                             : APanel{&a(blk.i0 + p, k0), a.row_stride, a.col_stride};
       micro_tile_rows<L>(static_cast<int>(std::min<Index>(kMR, blk.mc - p)), kc, ap, bq,
-                         &c(blk.i0 + p, j0), c.row_stride, nc, from_zero, last, epi, blk.i0 + p,
-                         j0);
+                         c.tile(blk, p, q), c.ld, nc, from_zero, last, epi, blk.i0 + p, j0);
     }
   }
+}
+
+/// Copies rows x cols floats between row-major blocks.
+inline void copy_block(const float* src, Index src_ld, float* dst, Index dst_ld, Index rows,
+                       Index cols) {
+  for (Index i = 0; i < rows; ++i)
+    std::memcpy(dst + i * dst_ld, src + i * src_ld, sizeof(float) * static_cast<size_t>(cols));
+}
+
+/// Whether C's blocks are computed in a per-thread copy whose rows are not 4 KiB apart, then
+/// stored row by row. When C's rows are a multiple of 4 KiB apart (FeedForward's hidden layer at
+/// d_ff 1024 or 2048), the twelve rows of a tile fall in the same sets of the L1, and storing or
+/// loading a tile evicts the B panel the next tile reads: C = A B at 2048 x 256 x 2048 on one
+/// thread ran at 170 GFLOP/s in place against 211 with C's rows 64 bytes further apart. With the
+/// copy, 2048 x 512 x 2048 took 11.3-11.5 ms instead of 12.2-12.6 (A^T B) and 11.1-11.5 instead of
+/// 12.0-12.4 (A B^T) on 2 threads (bench_gemm, three alternating rounds).
+inline bool c_rows_alias(const StridedMatrix<float>& c) {
+  return c.rows > 1 && c.row_stride > 0 && c.row_stride % 1024 == 0;
 }
 
 /// One block of C: for each kKC block, A's rows (read in place, or packed into `own_a`) against
@@ -110,28 +136,36 @@ ATTN_TARGET_AVX512 inline void gemm_block(const StridedMatrix<const float>& a, c
                                           StridedMatrix<float> c, const CBlock& blk,
                                           bool accumulate, const GemmEpilogue& epi, float* own_a) {
   const Index K = a.cols, N = c.cols, i0 = blk.i0, mc = blk.mc;
+  const Index j0 = blk.q0 * kNR, cols = std::min<Index>(blk.q1 * kNR, N) - j0;
+  const bool copy = c_rows_alias(c);
+  // A block is at most kMC x kNC (GemmTasks); the copy's rows are 64 bytes more than kNC apart.
+  const CTarget target = copy ? CTarget{pack_buffer(PackSlot::c, kMC * (kNC + 16)), kNC + 16}
+                              : CTarget{&c(i0, j0), c.row_stride};
+  if (copy && accumulate) copy_block(&c(i0, j0), c.row_stride, target.data, target.ld, mc, cols);
   const ALayout layout = a_layout(a);
   for (Index k0 = 0; k0 < K; k0 += kKC) {
     const Index kc = std::min<Index>(kKC, K - k0);
     const bool from_zero = k0 == 0 && !accumulate, last = k0 + kc == K;
     switch (layout) {
       case ALayout::rows:
-        gemm_block_depth<ALayout::rows>(a, b, c, blk, k0, kc, from_zero, last, epi, nullptr);
+        gemm_block_depth<ALayout::rows>(a, b, target, N, blk, k0, kc, from_zero, last, epi,
+                                        nullptr);
         break;
       case ALayout::columns:
-        gemm_block_depth<ALayout::columns>(a, b, c, blk, k0, kc, from_zero, last, epi, nullptr);
+        gemm_block_depth<ALayout::columns>(a, b, target, N, blk, k0, kc, from_zero, last, epi,
+                                           nullptr);
         break;
       case ALayout::packed:
         pack_a(a, i0, mc, k0, kc, own_a);
-        gemm_block_depth<ALayout::packed>(a, b, c, blk, k0, kc, from_zero, last, epi, own_a);
+        gemm_block_depth<ALayout::packed>(a, b, target, N, blk, k0, kc, from_zero, last, epi,
+                                          own_a);
         break;
     }
   }
+  if (copy) copy_block(target.data, target.ld, &c(i0, j0), c.row_stride, mc, cols);
   // Dropout last, on the finished block while it is still in cache.
-  if (epi.dropout > 0) {
-    const Index j0 = blk.q0 * kNR, cols = std::min<Index>(blk.q1 * kNR, N) - j0;
+  if (epi.dropout > 0)
     dropout_block(&c(i0, j0), mc, cols, c.row_stride, i0, j0, N, epi.dropout, epi.dropout_key);
-  }
 }
 
 /// The tasks of one product, blocks of C handed out to the threads as they come free:
