@@ -77,7 +77,7 @@ TEST_F(Gemm, MatchesTheDefinitionAndIsBitwiseEqualOnOneAndTwoThreadsOnEveryPath)
              {2049, 33, 100},
              {4096, 64, 8},
              {49, 513, 512},
-             {300, 70, 4141},  // several column blocks of at most kNC = 2048, A packed once
+             {300, 70, 4141},  // several column blocks of at most kNC = 1024
              {32, 300, 600},   // few rows: the columns are cut too, so that both threads work
              {20, 257, 2500}}) {
       SCOPED_TRACE(::testing::Message() << name_of(path) << " M=" << M << " K=" << K << " N=" << N);
@@ -180,6 +180,40 @@ TEST_F(Gemm, TasksCoverEveryElementOnceAndGiveEveryThreadWork) {
       }
       if (N > kNC) {
         EXPECT_GT(tasks.col_blocks, 1);
+      }
+      // Few rows on several threads: each task packs its own panels, unless B is packed already.
+      EXPECT_EQ(tasks.own_panels > 0, threads > 1 && M <= GemmTasks::kOwnPanelsMaxRows);
+      EXPECT_EQ(GemmTasks(M, N, 512, threads, /*shared_b=*/true).own_panels, 0);
+    }
+}
+
+// Products of few rows on two threads, whose tasks pack their own panels of B (a weight gradient
+// dy^T x, x W^T, dy W), with accumulation and the bias + ReLU epilogue: the bits of one thread.
+TEST_F(Gemm, FewRowProductsWithOwnPanelsHaveTheBitsOfOneThread) {
+  if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  using kernels::detail::StridedMatrix;
+  const Index K = 600;
+  for (Index M : {Index(16), Index(256), Index(512)})
+    for (Index N : {Index(100), Index(1000)}) {
+      ASSERT_GT(kernels::detail::GemmTasks(M, N, K, 2).own_panels, 0);
+      const auto a = random_matrix<float>(M, K, 61), at = random_matrix<float>(K, M, 62);
+      const auto b = random_matrix<float>(K, N, 63), bt = random_matrix<float>(N, K, 64);
+      const auto bias = random_matrix<float>(1, N, 65), start = random_matrix<float>(M, N, 66);
+      for (int layout = 0; layout < 3; ++layout) {  // a b, a^T b, a b^T
+        SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " layout=" << layout);
+        const StridedMatrix<const float> av =
+            layout == 1 ? StridedMatrix<const float>{at.data(), M, K, 1, M}
+                        : StridedMatrix<const float>{a.data(), M, K, K, 1};
+        const StridedMatrix<const float> bv =
+            layout == 2 ? StridedMatrix<const float>{bt.data(), K, N, 1, K}
+                        : StridedMatrix<const float>{b.data(), K, N, N, 1};
+        RowMatrix<float> one = start, two = start;
+        kernels::detail::gemm_packed(av, bv, {one.data(), M, N, N, 1}, true, {bias.data(), true},
+                                     1);
+        kernels::detail::gemm_packed(av, bv, {two.data(), M, N, N, 1}, true, {bias.data(), true},
+                                     2);
+        EXPECT_TRUE((one.array() == two.array()).all());
+        EXPECT_GT((one.array() > 0).count(), M * N / 4);
       }
     }
 }

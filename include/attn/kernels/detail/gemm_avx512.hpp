@@ -229,17 +229,18 @@ ATTN_TARGET_AVX512 inline void pack_b_panel(const StridedMatrix<const float>& b,
   }
 }
 
-/// Packs panels [q0, q1) of the kc-deep block of B that starts at row k0 (block: the block's first
-/// panel), for B with contiguous rows: row by row, each row's (q1 - q0) kNR numbers read front to
-/// back. Packing a panel at a time instead reads 128 bytes per row, one page per row when rows are
-/// 4 KiB or more apart, which the prefetchers do not follow: a cold [2048, 1024] activation (a
-/// weight gradient's B) packed in about 1.0 ms that way, 0.53 ms four panels at a time.
+/// Packs panels [q0, q1) of the kc-deep block of B that starts at row k0 (first: where panel q0
+/// goes, the others after it), for B with contiguous rows: row by row, each row's (q1 - q0) kNR
+/// numbers read front to back. Packing a panel at a time instead reads 128 bytes per row, one page
+/// per row when rows are 4 KiB or more apart, which the prefetchers do not follow: a cold [2048,
+/// 1024] activation (a weight gradient's B) packed in about 1.0 ms that way, 0.53 ms four panels at
+/// a time.
 ATTN_TARGET_AVX512 inline void pack_b_panels(const StridedMatrix<const float>& b, Index k0,
-                                             Index kc, Index q0, Index q1, float* block) {
+                                             Index kc, Index q0, Index q1, float* first) {
   for (Index k = 0; k < kc; ++k) {
     const float* src = &b(k0 + k, 0);
     for (Index q = q0; q < q1; ++q) {
-      float* dst = block + (q * kc + k) * kNR;
+      float* dst = first + ((q - q0) * kc + k) * kNR;
       const Index j0 = q * kNR, cols = b.cols - j0;
       if (cols >= kNR) {
         _mm512_store_ps(dst, _mm512_loadu_ps(src + j0));

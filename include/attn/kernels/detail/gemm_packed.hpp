@@ -42,14 +42,31 @@ inline float* pack_buffer(PackSlot slot, Index floats) {
 /// row.
 inline constexpr Index kPackPanels = 4;
 
-/// The packed form of B: kKC-deep blocks, each `panels` panels of kc x kNR.
+/// The packed form of panels [q_base, q_base + panels) of B: kKC-deep blocks, each `panels`
+/// panels of kc x kNR.
 struct PackedB {
   const float* data;
   Index panels;
+  Index q_base = 0;
   const float* panel(Index k0, Index kc, Index q) const {
-    return data + k0 * panels * kNR + q * kc * kNR;
+    return data + k0 * panels * kNR + (q - q_base) * kc * kNR;
   }
 };
+
+/// Packs the panels [q0, q1) of B's kc-deep block at row k0 into `packed` (whose panels they must
+/// be): B with contiguous rows kPackPanels panels at a time, row by row (pack_b_panels), other
+/// layouts a panel at a time.
+ATTN_TARGET_AVX512 inline void pack_b_block(const StridedMatrix<const float>& b, Index k0, Index kc,
+                                            Index q0, Index q1, const PackedB& packed) {
+  const bool by_rows = b.col_stride == 1;
+  for (Index q = q0; q < q1; q += by_rows ? kPackPanels : 1) {
+    float* first = const_cast<float*>(packed.panel(k0, kc, q));
+    if (by_rows)
+      pack_b_panels(b, k0, kc, q, std::min(q + kPackPanels, q1), first);
+    else
+      pack_b_panel(b, k0, kc, q, first);
+  }
+}
 
 /// The block of C a task computes: rows [i0, i0 + mc), B panels [q0, q1) (columns q0 kNR ...).
 struct CBlock {
@@ -175,24 +192,43 @@ ATTN_TARGET_AVX512 inline void gemm_block(const StridedMatrix<const float>& a, c
 ///     blocks of at most kMC rows by kTailPanels or fewer panels, so that the threads finish
 ///     together. Narrow, not short: a block of 24 rows by 1024 columns (the tail before) passed
 ///     each B panel to only two micro-tiles, and a weight gradient of 256 rows summed over 2048
-///     tokens was 9-11 such tasks of up to 50 M multiply-adds for two threads. A product of few
-///     rows is all tail, cut by columns into about kTasksPerThread tasks per thread.
+///     tokens was 9-11 such tasks of up to 50 M multiply-adds for two threads;
+///   - own panels, instead of both (on several threads, at most kOwnPanelsMaxRows rows, B not
+///     packed already): all rows by a few panels, about kTasksPerThread tasks per thread, each
+///     packing its own panels of B (at most kOwnPanelsBytes). B packed once by the threads
+///     together is read by both, and on this machine a line one core wrote costs the other a
+///     transfer: weight gradients summed over 2048 tokens, whose B (the layer's input) is as
+///     large as their A and read by few rows, ran at 316-322 GFLOP/s (256 x 256, A^T B, 2
+///     threads) and 360-366 (512 x 512) with B shared, 382-386 and 391-392 with own panels
+///     (1536 x 512: no difference, so the limit stays low).
 /// The cut never changes a result: each element of C is summed the same way in any block.
 struct GemmTasks {
   static constexpr Index kTasksPerThread = 4;
   static constexpr Index kMinPanels = 2;   // a tail task's columns: at least 64, unless heavy
   static constexpr Index kTailPanels = 4;  // and at most 128
   static constexpr double kTailTaskWork = 1 << 23;  // multiply-adds: above, a tail task is heavy
+  static constexpr Index kOwnPanelsMaxRows = 512;
+  static constexpr Index kOwnPanelsBytes = Index(512) << 10;  // a task's packed panels: L2
   Index rows, panels;
   // head: row blocks, panels per column block, column blocks
   Index head_blocks = 0, nc_panels = 0, col_blocks = 0;
   Index tail_blocks = 0, tail_rows = 0, tail_panels = 0, tail_col_blocks = 0;
+  // own panels: tasks of all rows by own_panels panels, each packing its own panels of B
+  Index own_panels = 0;
 
-  GemmTasks(Index M, Index N, Index K, int threads) : rows(M), panels(ceil_div(N, kNR)) {
+  /// `shared_b`: B's packed copy is shared (a cached weight), so no task packs its own panels.
+  GemmTasks(Index M, Index N, Index K, int threads, bool shared_b = false)
+      : rows(M), panels(ceil_div(N, kNR)) {
     nc_panels = std::min(panels, kNC / kNR);
     col_blocks = ceil_div(panels, nc_panels);
     if (threads <= 1) {
       head_blocks = ceil_div(M, kMC);
+      return;
+    }
+    if (!shared_b && M <= kOwnPanelsMaxRows) {
+      const Index fit = std::max<Index>(1, kOwnPanelsBytes / (K * kNR * Index(sizeof(float))));
+      own_panels = std::clamp<Index>(panels / (Index(threads) * kTasksPerThread), 1,
+                                     std::min(fit, kNC / kNR));
       return;
     }
     const Index tail_min = Index(threads) * kMC;
@@ -217,8 +253,12 @@ struct GemmTasks {
   }
   static Index ceil_div(Index x, Index y) { return (x + y - 1) / y; }
   Index head_tasks() const { return head_blocks * col_blocks; }
-  Index count() const { return head_tasks() + tail_blocks * tail_col_blocks; }
+  Index count() const {
+    return own_panels > 0 ? ceil_div(panels, own_panels)
+                          : head_tasks() + tail_blocks * tail_col_blocks;
+  }
   CBlock block(Index t) const {
+    if (own_panels > 0) return {0, rows, t * own_panels, std::min((t + 1) * own_panels, panels)};
     if (t < head_tasks()) {
       const Index i0 = t % head_blocks * kMC, q0 = t / head_blocks * nc_panels;
       return {i0, std::min(kMC, rows - i0), q0, std::min(q0 + nc_panels, panels)};
@@ -257,7 +297,8 @@ inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const Gemm
 /// packed form is kept while a ConstantWeightsScope is open (gemm_weight_cache.hpp).
 ///
 /// Two phases: the threads pack B together (unless it is cached), meet at one barrier, then take
-/// tasks (blocks of C); A is read in place unless neither its rows nor its columns are contiguous.
+/// tasks (blocks of C); or, for few rows, one phase of tasks that each pack their own panels of B
+/// (GemmTasks). A is read in place unless neither its rows nor its columns are contiguous.
 inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const float>& b,
                         StridedMatrix<float> c, bool accumulate, const GemmEpilogue& epi,
                         int threads, bool constant_b = false) {
@@ -267,29 +308,36 @@ inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix
 #if defined(_OPENMP)
   if (omp_in_parallel()) threads = 1;
 #endif
-  const GemmTasks tasks(M, N, K, threads);
-  threads = static_cast<int>(std::min<Index>(threads, tasks.count()));
-  const Index panels = tasks.panels, kblocks = (K + kKC - 1) / kKC;
+  const Index panels = GemmTasks::ceil_div(N, kNR), kblocks = (K + kKC - 1) / kKC;
   const auto [cached, first_use] =
       constant_b ? cached_packing(b, K * panels * kNR) : std::pair<float*, bool>{nullptr, false};
-  const PackedB packed_b{cached != nullptr ? cached : pack_buffer(PackSlot::b, K * panels * kNR),
+  const GemmTasks tasks(M, N, K, threads, cached != nullptr);
+  threads = static_cast<int>(std::min<Index>(threads, tasks.count()));
+  const PackedB packed_b{cached != nullptr      ? cached
+                         : tasks.own_panels > 0 ? nullptr
+                                                : pack_buffer(PackSlot::b, K * panels * kNR),
                          panels};
-  // B with contiguous rows is packed kPackPanels panels at a time, row by row (pack_b_panels);
-  // other layouts a panel at a time.
-  const bool by_rows = b.col_stride == 1;
-  const Index group = by_rows ? kPackPanels : 1, per_block = (panels + group - 1) / group;
-  const Index pack_tasks = cached == nullptr || first_use ? kblocks * per_block : 0;
+  // Shared B: packed by the threads together, kPackPanels (or one) panels of a depth block per
+  // task, then one barrier.
+  const Index group = b.col_stride == 1 ? kPackPanels : 1, per_block = (panels + group - 1) / group;
+  const Index pack_tasks =
+      tasks.own_panels == 0 && (cached == nullptr || first_use) ? kblocks * per_block : 0;
   const auto pack_task = [&](Index t) {
     const Index k0 = (t / per_block) * kKC, q0 = t % per_block * group;
-    const Index kc = std::min<Index>(kKC, K - k0);
-    float* block = const_cast<float*>(packed_b.panel(k0, kc, 0));
-    if (by_rows) return pack_b_panels(b, k0, kc, q0, std::min(q0 + group, panels), block);
-    pack_b_panel(b, k0, kc, q0, block + q0 * kc * kNR);
+    pack_b_block(b, k0, std::min<Index>(kKC, K - k0), q0, std::min(q0 + group, panels), packed_b);
   };
   const bool packs_a = a_layout(a) == ALayout::packed;
   const Index work_tasks = tasks.count();
   const auto work_task = [&](Index t, float* own_a) {
-    gemm_block(a, packed_b, c, tasks.block(t), accumulate, epi, own_a);
+    const CBlock blk = tasks.block(t);
+    if (tasks.own_panels == 0) return gemm_block(a, packed_b, c, blk, accumulate, epi, own_a);
+    // The task's own panels, packed by the thread that reads them, then its rows kMC at a time.
+    const PackedB own{pack_buffer(PackSlot::b, K * (blk.q1 - blk.q0) * kNR), blk.q1 - blk.q0,
+                      blk.q0};
+    for (Index k0 = 0; k0 < K; k0 += kKC)
+      pack_b_block(b, k0, std::min<Index>(kKC, K - k0), blk.q0, blk.q1, own);
+    for (Index i0 = 0; i0 < M; i0 += kMC)
+      gemm_block(a, own, c, {i0, std::min(kMC, M - i0), blk.q0, blk.q1}, accumulate, epi, own_a);
   };
 #if defined(_OPENMP)
   if (threads > 1) {
@@ -299,8 +347,10 @@ inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix
     RegionErrors errors;
 #pragma omp parallel num_threads(threads)
     {
+      if (pack_tasks > 0) {  // the same on every thread
 #pragma omp for schedule(dynamic, 4)
-      for (Index t = 0; t < pack_tasks; ++t) errors.run([&] { pack_task(t); });
+        for (Index t = 0; t < pack_tasks; ++t) errors.run([&] { pack_task(t); });
+      }
       float* own_a = nullptr;
       if (packs_a) errors.run([&] { own_a = pack_buffer(PackSlot::a, kMC * kKC); });
 #pragma omp for schedule(dynamic, 1)
