@@ -142,7 +142,10 @@ inline void copy_block(const float* src, Index src_ld, float* dst, Index dst_ld,
 /// loading a tile evicts the B panel the next tile reads: C = A B at 2048 x 256 x 2048 on one
 /// thread ran at 170 GFLOP/s in place against 211 with C's rows 64 bytes further apart. With the
 /// copy, 2048 x 512 x 2048 took 11.3-11.5 ms instead of 12.2-12.6 (A^T B) and 11.1-11.5 instead of
-/// 12.0-12.4 (A B^T) on 2 threads (bench_gemm, three alternating rounds).
+/// 12.0-12.4 (A B^T) on 2 threads (bench_gemm, three alternating rounds); storing the last depth
+/// block straight to C instead of copying lost most of that (11.7-13.0 ms). A product of one
+/// depth block stores each tile once and stays in place: through the copy, 2048 x 256 x 1024 ran
+/// at 194-207 GFLOP/s on one thread against 215-216 in place.
 inline bool c_rows_alias(const StridedMatrix<float>& c) {
   return c.rows > 1 && c.row_stride > 0 && c.row_stride % 1024 == 0;
 }
@@ -154,7 +157,7 @@ ATTN_TARGET_AVX512 inline void gemm_block(const StridedMatrix<const float>& a, c
                                           bool accumulate, const GemmEpilogue& epi, float* own_a) {
   const Index K = a.cols, N = c.cols, i0 = blk.i0, mc = blk.mc;
   const Index j0 = blk.q0 * kNR, cols = std::min<Index>(blk.q1 * kNR, N) - j0;
-  const bool copy = c_rows_alias(c);
+  const bool copy = c_rows_alias(c) && K > kKC;  // one depth block: stored once, in place
   // A block is at most kMC x kNC (GemmTasks); the copy's rows are 64 bytes more than kNC apart.
   const CTarget target = copy ? CTarget{pack_buffer(PackSlot::c, kMC * (kNC + 16)), kNC + 16}
                               : CTarget{&c(i0, j0), c.row_stride};
