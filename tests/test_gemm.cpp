@@ -451,6 +451,43 @@ TEST_F(Gemm, CWithRowsFourKibApartIsComputedInACopyWithTheSameBits) {
 }
 #endif  // ATTN_HAVE_AVX512_GEMM
 
+// The row sums of a, the by-product a weight gradient dy^T x gives as the bias gradient: summed
+// the same way on every path and thread count (bits equal), for few-row (7), own-panels (100, 300)
+// and head-and-tail (513) products, a read in place by columns (dy^T) and by rows, K not a
+// multiple of the 256-deep blocks; added to what the sums held.
+TEST_F(Gemm, RowSumsOfAAreTheSameBitsOnEveryPathAndThreadCount) {
+  const Index K = 600, N = 300;
+  for (Index M : {Index(7), Index(100), Index(300), Index(513)})
+    for (bool by_columns : {true, false}) {
+      const auto at = random_matrix<float>(K, M, 71), a = random_matrix<float>(M, K, 72);
+      const auto b = random_matrix<float>(K, N, 73), start = random_matrix<float>(1, M, 74);
+      std::vector<RowMatrix<float>> sums;
+      for (kernels::GemmPath path : available_paths()) {
+        kernels::set_gemm_path(path);
+        for (int threads : {1, 2}) {
+          set_num_threads(threads);
+          RowMatrix<float> c(M, N), s = start;
+          kernels::Epilogue<float> epi;
+          epi.row_sums_of_a = s.data();
+          if (by_columns)
+            kernels::gemm(c, at.transpose(), b, false, epi);
+          else
+            kernels::gemm(c, a, b, false, epi);
+          sums.push_back(s);
+        }
+      }
+      SCOPED_TRACE(::testing::Message() << "M=" << M << (by_columns ? " a = at^T" : " a"));
+      const RowMatrix<float> used = by_columns ? RowMatrix<float>(at.transpose()) : a;
+      for (Index i = 0; i < M; ++i) {
+        long double expected = start(0, i);
+        for (Index k = 0; k < K; ++k) expected += used(i, k);
+        EXPECT_NEAR(sums[0](0, i), static_cast<double>(expected), 2e-7 * static_cast<double>(K))
+            << "row " << i;
+      }
+      for (const auto& s : sums) EXPECT_TRUE((s.array() == sums[0].array()).all());
+    }
+}
+
 TEST_F(Gemm, SmallEmptyAndDoubleProductsTakeTheEigenPath) {
   set_num_threads(2);
   const auto a = random_matrix<double>(3, 4, 6);

@@ -109,6 +109,10 @@ struct Epilogue {
   const T* gate = nullptr;
   Index gate_stride = 0;
   T gate_scale = 1;
+  // And (with any of the above) a by-product: row_sums_of_a [M] += the sum of each row of a, k
+  // ascending within each 256-deep block, for any thread count. For a weight gradient dy^T x it
+  // is the bias gradient (the column sums of dy), read while a's blocks are in cache.
+  T* row_sums_of_a = nullptr;
 };
 
 namespace detail {
@@ -170,6 +174,19 @@ void apply_epilogue(Dst& c, const Epilogue<T>& epi) {
         c(i, j) = epi.gate[i * epi.gate_stride + j] > T(0) ? c(i, j) * epi.gate_scale : T(0);
 }
 
+/// sums[M] += the sum of each row of a, k ascending within each kGemmSumBlock-deep block (the
+/// order of the AVX-512 path's add_row_sums), for the paths without it.
+inline constexpr Index kGemmSumBlock = 256;
+template <class T, class Lhs>
+void add_row_sums_eigen(T* sums, const Lhs& a) {
+  for (Index i = 0; i < a.rows(); ++i)
+    for (Index k0 = 0; k0 < a.cols(); k0 += kGemmSumBlock) {
+      T block = 0;
+      for (Index k = k0; k < std::min(a.cols(), k0 + kGemmSumBlock); ++k) block += a(i, k);
+      sums[i] += block;
+    }
+}
+
 /// Runs the product on the AVX-512 path if it applies (float, operands in memory, c with
 /// contiguous rows); false when the caller must take the Eigen path.
 template <class Dst, class Lhs, class Rhs, class T>
@@ -188,8 +205,8 @@ bool try_gemm_avx512(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const 
                                         bv->col_stride};
     const double work = static_cast<double>(c.rows()) * static_cast<double>(c.cols()) *
                         static_cast<double>(a.cols());
-    const GemmEpilogue fused{epi.bias, epi.relu,        epi.dropout,   epi.dropout_key,
-                             epi.gate, epi.gate_stride, epi.gate_scale};
+    const GemmEpilogue fused{epi.bias, epi.relu,        epi.dropout,    epi.dropout_key,
+                             epi.gate, epi.gate_stride, epi.gate_scale, epi.row_sums_of_a};
     if (c.rows() < kGemmPackedMinRows) {
       if (!gemm_small_rows(ac, bc, *cv, accumulate, fused,
                            work >= kGemmSmallParallelMinWork ? num_threads() : 1))
@@ -197,6 +214,8 @@ bool try_gemm_avx512(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const 
       if (epi.dropout > 0)
         dropout_rows(cv->data, cv->rows, cv->cols, cv->row_stride, 0, epi.dropout, epi.dropout_key);
       apply_gate(*cv, fused);
+      for (Index k0 = 0; fused.row_sums_of_a != nullptr && k0 < ac.cols; k0 += kKC)
+        add_row_sums(ac, 0, ac.rows, k0, std::min<Index>(kKC, ac.cols - k0), fused.row_sums_of_a);
       return true;
     }
     gemm_packed(ac, bc, *cv, accumulate, fused, work >= kGemmParallelMinWork ? num_threads() : 1,
@@ -242,6 +261,7 @@ void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T
   detail::gemm_eigen(c, a, b, accumulate);
   if (epi.bias != nullptr || epi.relu || epi.dropout > 0 || epi.gate != nullptr)
     detail::apply_epilogue(c, epi);
+  if (epi.row_sums_of_a != nullptr) detail::add_row_sums_eigen(epi.row_sums_of_a, a);
 }
 
 }  // namespace attn::kernels

@@ -5,24 +5,9 @@
 #include <cstdint>
 
 #include "attn/kernels/gemm.hpp"
-#include "attn/parallel.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::kernels {
-
-/// sums[O] += the sum over rows of m[N, O]. Blocks of columns go to the threads, each column
-/// summed in row order by one thread, so the result does not depend on the thread count.
-template <class T>
-void add_column_sums(T* sums, const ConstMatrixRef<T>& m) {
-  constexpr Index kBlock = 64;  // columns per task: a contiguous, vectorisable inner loop
-  const Index N = m.rows(), O = m.cols(), blocks = (O + kBlock - 1) / kBlock;
-  parallel_for(blocks, N * kBlock, kParallelMinRowwise, [&](Index b) {
-    const Index j0 = b * kBlock, w = std::min(kBlock, O - j0);
-    Eigen::Array<T, 1, kBlock> acc = Eigen::Array<T, 1, kBlock>::Zero();
-    for (Index r = 0; r < N; ++r) acc.head(w) += m.row(r).segment(j0, w).array();
-    ArrayMap<T>(sums + j0, w) += acc.head(w);
-  });
-}
 
 /// y[N, O] = x[N, I] W[O, I]^T + b[O], then max(0, .) when `relu`, then dropout with probability
 /// `dropout` and key `dropout_key` (y's elements numbered row-major), all applied as y is stored.
@@ -47,8 +32,9 @@ void linear_backward(MatrixRef<T> dx, MatrixRef<T> dw, T* db, const ConstMatrixR
                      const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w,
                      const Epilogue<T>& dx_gate = {}) {
   if (dx.rows() > 0) gemm(dx, dy, w, false, dx_gate);
-  gemm(dw, dy.transpose(), x, true);
-  if (db != nullptr) add_column_sums(db, dy);
+  Epilogue<T> dw_epi;
+  dw_epi.row_sums_of_a = db;  // db: the rows of dy^T summed while the product reads them
+  gemm(dw, dy.transpose(), x, true, dw_epi);
 }
 
 }  // namespace attn::kernels

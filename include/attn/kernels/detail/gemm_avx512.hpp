@@ -42,13 +42,14 @@ inline constexpr Index kNC = 1024;  // columns of C per task at most (B block kK
 
 /// What is applied to each element of C after its last block, while the tile is in registers.
 struct GemmEpilogue {
-  const float* bias = nullptr;    // [N] added to every row, or null
-  bool relu = false;              // max(0, .) after the bias
-  double dropout = 0;             // then dropout with this probability (kernels/dropout.hpp) ...
-  std::uint64_t dropout_key = 0;  // ... and key, element (i, j) being element i N + j
-  const float* gate = nullptr;    // [M, N], row stride gate_stride, or null: last, c(i, j) =
-  Index gate_stride = 0;          // gate(i, j) > 0 ? c(i, j) gate_scale : 0 (the backward of a
-  float gate_scale = 1;           // ReLU and a dropout, from their output)
+  const float* bias = nullptr;     // [N] added to every row, or null
+  bool relu = false;               // max(0, .) after the bias
+  double dropout = 0;              // then dropout with this probability (kernels/dropout.hpp) ...
+  std::uint64_t dropout_key = 0;   // ... and key, element (i, j) being element i N + j
+  const float* gate = nullptr;     // [M, N], row stride gate_stride, or null: last, c(i, j) =
+  Index gate_stride = 0;           // gate(i, j) > 0 ? c(i, j) gate_scale : 0 (the backward of a
+  float gate_scale = 1;            // ReLU and a dropout, from their output)
+  float* row_sums_of_a = nullptr;  // [M] += each row of A summed (Epilogue in kernels/gemm.hpp)
 };
 
 /// How the micro-kernel reads its kMR rows of A over the kc steps of k: element (i, k) of the
@@ -211,6 +212,40 @@ ATTN_TARGET_AVX512 inline void pack_a(const StridedMatrix<const float>& a, Index
       for (Index i = 0; i < rows; ++i)
         for (Index k = 0; k < kc; ++k) dst[k * kMR + i] = a(i0 + p + i, k0 + k);
     }
+  }
+}
+
+/// sums[i0 + i] += A[i0 + i, k0 : k0 + kc] summed k ascending, for i < rows: for A's columns
+/// contiguous (A = dy^T) 96 rows at a time in six registers (six chains of adds in flight), else
+/// one number at a time.
+ATTN_TARGET_AVX512 inline void add_row_sums(const StridedMatrix<const float>& a, Index i0,
+                                            Index rows, Index k0, Index kc, float* sums) {
+  if (a.row_stride == 1) {
+    constexpr int kVectors = 6;
+    for (Index r = 0; r < rows; r += 16 * kVectors) {
+      __mmask16 m[kVectors];
+      __m512 acc[kVectors];
+      for (int v = 0; v < kVectors; ++v) {
+        m[v] = lane_mask(rows - r - 16 * v);
+        acc[v] = _mm512_setzero_ps();
+      }
+      for (Index k = 0; k < kc; ++k) {
+        const float* col = &a(i0 + r, k0 + k);
+#pragma GCC unroll 6
+        for (int v = 0; v < kVectors; ++v)
+          acc[v] = _mm512_add_ps(acc[v], _mm512_maskz_loadu_ps(m[v], col + 16 * v));
+      }
+      for (int v = 0; v < kVectors; ++v) {
+        float* s = sums + i0 + r + 16 * v;
+        _mm512_mask_storeu_ps(s, m[v], _mm512_add_ps(_mm512_maskz_loadu_ps(m[v], s), acc[v]));
+      }
+    }
+    return;
+  }
+  for (Index i = 0; i < rows; ++i) {
+    float block = 0;
+    for (Index k = 0; k < kc; ++k) block += a(i0 + i, k0 + k);
+    sums[i0 + i] += block;
   }
 }
 

@@ -166,6 +166,9 @@ ATTN_TARGET_AVX512 inline void gemm_block(const StridedMatrix<const float>& a, c
   for (Index k0 = 0; k0 < K; k0 += kKC) {
     const Index kc = std::min<Index>(kKC, K - k0);
     const bool from_zero = k0 == 0 && !accumulate, last = k0 + kc == K;
+    // The row sums of A by the tasks of the first columns, which together see each row once.
+    if (epi.row_sums_of_a != nullptr && blk.q0 == 0)
+      add_row_sums(a, i0, mc, k0, kc, epi.row_sums_of_a);
     switch (layout) {
       case ALayout::rows:
         gemm_block_depth<ALayout::rows>(a, b, target, N, blk, k0, kc, from_zero, last, epi,
