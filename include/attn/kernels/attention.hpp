@@ -243,9 +243,19 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
       [&](detail::AttentionScratch<T>& scratch, const detail::AttentionHead& head, const T* pad) {
         const auto kh = head.keys(k, ldk), vh = head.keys(v, ldv);
         auto dkh = head.keys(dk, lddk), dvh = head.keys(dv, lddv);
-        dkh.setZero();
-        dvh.setZero();
+        // The first query block stores dK and dV's rows [0, ns) (the later ones add to them) and
+        // zeroes the others, which only later blocks (causal) or none (no queries) see: no pass
+        // that zeroes all of dK and dV first (0.9% of MHA 32 x 64 fwd+bwd in perf).
+        if (Tq == 0) {
+          dkh.setZero();
+          dvh.setZero();
+        }
+        bool first = true;
         detail::for_each_query_block(Tq, S, mask.causal, [&](Index t0, Index nt, Index ns) {
+          if (first && ns < S) {
+            dkh.bottomRows(S - ns).setZero();
+            dvh.bottomRows(S - ns).setZero();
+          }
           const auto qb = head.queries(q, ldq, t0, nt), ob = head.queries(out, ldo, t0, nt),
                      dob = head.queries(dout, lddo, t0, nt);
           auto pb = scratch.block(scratch.p, nt, ns);
@@ -270,16 +280,17 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
             }
           }
           if (drop)
-            gemm(dvh.topRows(ns), scratch.block(scratch.pd, nt, ns).transpose(), dob, true);
+            gemm(dvh.topRows(ns), scratch.block(scratch.pd, nt, ns).transpose(), dob, !first);
           else
-            gemm(dvh.topRows(ns), pb.transpose(), dob, true);
+            gemm(dvh.topRows(ns), pb.transpose(), dob, !first);
           for (Index i = 0; i < nt; ++i) {
             const T d = dob.row(i).dot(ob.row(i));
             ArrayMap<T> ds(scratch.dp.data() + i * S, ns);
             ds = ArrayMap<const T>(scratch.p.data() + i * S, ns) * (ds - d) * scale;
           }
           gemm(head.queries(dq, lddq, t0, nt), dpb, kh.topRows(ns), false);  // dpb: scale dlogits
-          gemm(dkh.topRows(ns), dpb.transpose(), qb, true);
+          gemm(dkh.topRows(ns), dpb.transpose(), qb, !first);
+          first = false;
         });
       });
 }
