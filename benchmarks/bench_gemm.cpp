@@ -29,9 +29,15 @@ enum class Form { ab, atb, abt };
 /// The product of `form` as attn's layers call it.
 void product(Form form, Matrix& c, const Matrix& a, const Matrix& b) {
   switch (form) {
-    case Form::ab: attn::kernels::gemm(c, a, b, false); break;
-    case Form::atb: attn::kernels::gemm(c, a.transpose(), b, false); break;
-    case Form::abt: attn::kernels::gemm(c, a, b.transpose(), false); break;
+    case Form::ab:
+      attn::kernels::gemm(c, a, b, false);
+      break;
+    case Form::atb:
+      attn::kernels::gemm(c, a.transpose(), b, false);
+      break;
+    case Form::abt:
+      attn::kernels::gemm(c, a, b.transpose(), false);
+      break;
   }
 }
 
@@ -80,15 +86,13 @@ void TransformerShapes(benchmark::internal::Benchmark* b) {
                            {2048, 2048, 512},
                            {2048, 512, 8000}})
       b->Args({m, k, n, threads});
-  b->UseRealTime()->Unit(benchmark::kMillisecond);
-  attn_bench::best_statistics(b);
+  attn_bench::wall_clock_ms(b);
 }
 
 /// The naive loop is single-threaded: one small shape, attn on the same for comparison.
 void SmallShape(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "K", "N", "threads"})->Args({192, 256, 256, 1});
-  b->UseRealTime()->Unit(benchmark::kMillisecond);
-  attn_bench::best_statistics(b);
+  attn_bench::wall_clock_ms(b);
 }
 
 BENCHMARK_TEMPLATE(BM_Gemm, Form::ab)->Name("gemm/ab")->Apply(TransformerShapes);
