@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "attn/kernels/detail/gemm_operand.hpp"
 #include "attn/kernels/detail/gemm_packed.hpp"
 #include "attn/kernels/detail/gemm_small.hpp"
 #include "attn/kernels/dropout.hpp"
@@ -171,7 +172,7 @@ void apply_epilogue(Dst& c, const Epilogue<T>& epi) {
   if (epi.gate != nullptr)
     for (Index i = 0; i < c.rows(); ++i)
       for (Index j = 0; j < c.cols(); ++j)
-        c(i, j) = epi.gate[i * epi.gate_stride + j] > T(0) ? c(i, j) * epi.gate_scale : T(0);
+        c(i, j) = gated<T>(c(i, j), epi.gate[i * epi.gate_stride + j], epi.gate_scale);
 }
 
 /// sums[M] += the sum of each row of a, k ascending within each kGemmSumBlock-deep block (the

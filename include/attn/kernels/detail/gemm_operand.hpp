@@ -12,6 +12,13 @@
 
 namespace attn::kernels::detail {
 
+/// The GEMM epilogue's gate (Epilogue::gate in kernels/gemm.hpp) on one element: c scaled where
+/// the gate passed (g > 0), else 0; the one formula of the paths that gate after the product.
+template <class T>
+T gated(T c, T g, T scale) {
+  return g > T(0) ? c * scale : T(0);
+}
+
 /// A [rows, cols] matrix whose element (i, k) is data[i * row_stride + k * col_stride].
 template <class T>
 struct StridedMatrix {

@@ -281,7 +281,7 @@ inline void apply_gate(StridedMatrix<float> c, const GemmEpilogue& epi) {
   if (epi.gate == nullptr) return;
   for (Index i = 0; i < c.rows; ++i)
     for (Index j = 0; j < c.cols; ++j)
-      c(i, j) = epi.gate[i * epi.gate_stride + j] > 0.0f ? c(i, j) * epi.gate_scale : 0.0f;
+      c(i, j) = gated(c(i, j), epi.gate[i * epi.gate_stride + j], epi.gate_scale);
 }
 
 /// C = A B with an empty inner dimension: C (or C + 0 when accumulating), then the epilogue.
