@@ -110,9 +110,9 @@ struct Epilogue {
   const T* gate = nullptr;
   Index gate_stride = 0;
   T gate_scale = 1;
-  // And (with any of the above) a by-product: row_sums_of_a [M] += the sum of each row of a, k
-  // ascending within each 256-deep block, for any thread count. For a weight gradient dy^T x it
-  // is the bias gradient (the column sums of dy), read while a's blocks are in cache.
+  // And (with any of the above) a by-product: row_sums_of_a [M] += each row of a, one number at a
+  // time, k ascending, on every path and thread count. For a weight gradient dy^T x it is the
+  // bias gradient (the column sums of dy), read while a's blocks are in cache.
   T* row_sums_of_a = nullptr;
 };
 
@@ -175,17 +175,12 @@ void apply_epilogue(Dst& c, const Epilogue<T>& epi) {
         c(i, j) = gated<T>(c(i, j), epi.gate[i * epi.gate_stride + j], epi.gate_scale);
 }
 
-/// sums[M] += the sum of each row of a, k ascending within each kGemmSumBlock-deep block (the
-/// order of the AVX-512 path's add_row_sums), for the paths without it.
-inline constexpr Index kGemmSumBlock = 256;
+/// sums[M] += each row of a, one number at a time, k ascending (the order of the AVX-512 path's
+/// add_row_sums), a column of a at a time: for a = dy^T, a row of dy.
 template <class T, class Lhs>
 void add_row_sums_eigen(T* sums, const Lhs& a) {
-  for (Index i = 0; i < a.rows(); ++i)
-    for (Index k0 = 0; k0 < a.cols(); k0 += kGemmSumBlock) {
-      T block = 0;
-      for (Index k = k0; k < std::min(a.cols(), k0 + kGemmSumBlock); ++k) block += a(i, k);
-      sums[i] += block;
-    }
+  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> s(sums, a.rows());
+  for (Index k = 0; k < a.cols(); ++k) s += a.col(k).array();
 }
 
 /// Runs the product on the AVX-512 path if it applies (float, operands in memory, c with
@@ -215,8 +210,8 @@ bool try_gemm_avx512(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const 
       if (epi.dropout > 0)
         dropout_rows(cv->data, cv->rows, cv->cols, cv->row_stride, 0, epi.dropout, epi.dropout_key);
       apply_gate(*cv, fused);
-      for (Index k0 = 0; fused.row_sums_of_a != nullptr && k0 < ac.cols; k0 += kKC)
-        add_row_sums(ac, 0, ac.rows, k0, std::min<Index>(kKC, ac.cols - k0), fused.row_sums_of_a);
+      if (fused.row_sums_of_a != nullptr)
+        add_row_sums(ac, 0, ac.rows, 0, ac.cols, fused.row_sums_of_a);
       return true;
     }
     gemm_packed(ac, bc, *cv, accumulate, fused, work >= kGemmParallelMinWork ? num_threads() : 1,

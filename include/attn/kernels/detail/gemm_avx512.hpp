@@ -215,9 +215,9 @@ ATTN_TARGET_AVX512 inline void pack_a(const StridedMatrix<const float>& a, Index
   }
 }
 
-/// sums[i0 + i] += A[i0 + i, k0 : k0 + kc] summed k ascending, for i < rows: for A's columns
-/// contiguous (A = dy^T) 96 rows at a time in six registers (six chains of adds in flight), else
-/// one number at a time.
+/// sums[i0 + i] += A[i0 + i, k0 : k0 + kc] one number at a time, k ascending, for i < rows: for
+/// A's columns contiguous (A = dy^T) 96 rows at a time in six registers (six chains of adds in
+/// flight), else a row at a time.
 ATTN_TARGET_AVX512 inline void add_row_sums(const StridedMatrix<const float>& a, Index i0,
                                             Index rows, Index k0, Index kc, float* sums) {
   if (a.row_stride == 1) {
@@ -227,7 +227,7 @@ ATTN_TARGET_AVX512 inline void add_row_sums(const StridedMatrix<const float>& a,
       __m512 acc[kVectors];
       for (int v = 0; v < kVectors; ++v) {
         m[v] = lane_mask(rows - r - 16 * v);
-        acc[v] = _mm512_setzero_ps();
+        acc[v] = _mm512_maskz_loadu_ps(m[v], sums + i0 + r + 16 * v);
       }
       for (Index k = 0; k < kc; ++k) {
         const float* col = &a(i0 + r, k0 + k);
@@ -235,17 +235,15 @@ ATTN_TARGET_AVX512 inline void add_row_sums(const StridedMatrix<const float>& a,
         for (int v = 0; v < kVectors; ++v)
           acc[v] = _mm512_add_ps(acc[v], _mm512_maskz_loadu_ps(m[v], col + 16 * v));
       }
-      for (int v = 0; v < kVectors; ++v) {
-        float* s = sums + i0 + r + 16 * v;
-        _mm512_mask_storeu_ps(s, m[v], _mm512_add_ps(_mm512_maskz_loadu_ps(m[v], s), acc[v]));
-      }
+      for (int v = 0; v < kVectors; ++v)
+        _mm512_mask_storeu_ps(sums + i0 + r + 16 * v, m[v], acc[v]);
     }
     return;
   }
   for (Index i = 0; i < rows; ++i) {
-    float block = 0;
-    for (Index k = 0; k < kc; ++k) block += a(i0 + i, k0 + k);
-    sums[i0 + i] += block;
+    float s = sums[i0 + i];
+    for (Index k = 0; k < kc; ++k) s += a(i0 + i, k0 + k);
+    sums[i0 + i] = s;
   }
 }
 
