@@ -449,6 +449,48 @@ TEST_F(Gemm, CWithRowsFourKibApartIsComputedInACopyWithTheSameBits) {
           }
     }
 }
+
+// A wide C (the projection onto the vocabulary) of depth 256 < K <= 512 is computed in one block
+// of depth K (depth_block). The block depth must not change a bit: the product equals the first
+// 256 steps of k followed by the rest accumulated onto them, in all three operand layouts, on one
+// and two threads, with the bias + ReLU epilogue on the finished sums.
+TEST_F(Gemm, WideProductsInOneDeepBlockHaveTheBitsOfTwoBlocks) {
+  if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  using kernels::detail::kKC;
+  using kernels::detail::StridedMatrix;
+  const Index M = 100;
+  for (Index K : {Index(300), Index(512)})
+    for (Index N : {Index(4096), Index(4100)}) {
+      ASSERT_EQ(kernels::detail::depth_block(K, N), K);
+      ASSERT_EQ(kernels::detail::depth_block(K, N - 100), kKC);
+      const auto a = random_matrix<float>(M, K, 71), at = random_matrix<float>(K, M, 72);
+      const auto b = random_matrix<float>(K, N, 73), bt = random_matrix<float>(N, K, 74);
+      const auto bias = random_matrix<float>(1, N, 75);
+      for (int layout = 0; layout < 3; ++layout)  // A B, A^T B, A B^T
+        for (int threads : {1, 2}) {
+          SCOPED_TRACE(::testing::Message() << "K=" << K << " N=" << N << " layout=" << layout
+                                            << ", " << threads << " threads");
+          // Columns [k0, k0 + kc) of A and rows [k0, k0 + kc) of B in the layout's strides.
+          const auto av = [&](Index k0, Index kc) {
+            return layout == 1 ? StridedMatrix<const float>{at.data() + k0 * M, M, kc, 1, M}
+                               : StridedMatrix<const float>{a.data() + k0, M, kc, K, 1};
+          };
+          const auto bv = [&](Index k0, Index kc) {
+            return layout == 2 ? StridedMatrix<const float>{bt.data() + k0, kc, N, 1, K}
+                               : StridedMatrix<const float>{b.data() + k0 * N, kc, N, N, 1};
+          };
+          const kernels::detail::GemmEpilogue relu{bias.data(), true};
+          RowMatrix<float> whole(M, N), split(M, N);
+          kernels::detail::gemm_packed(av(0, K), bv(0, K), {whole.data(), M, N, N, 1}, false, relu,
+                                       threads);
+          kernels::detail::gemm_packed(av(0, kKC), bv(0, kKC), {split.data(), M, N, N, 1}, false,
+                                       {}, threads);
+          kernels::detail::gemm_packed(av(kKC, K - kKC), bv(kKC, K - kKC),
+                                       {split.data(), M, N, N, 1}, true, relu, threads);
+          EXPECT_TRUE((whole.array() == split.array()).all());
+        }
+    }
+}
 #endif  // ATTN_HAVE_AVX512_GEMM
 
 // The row sums of a, the by-product a weight gradient dy^T x gives as the bias gradient: summed

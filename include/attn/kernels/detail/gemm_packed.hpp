@@ -42,11 +42,12 @@ inline float* pack_buffer(PackSlot slot, Index floats) {
 /// row.
 inline constexpr Index kPackPanels = 4;
 
-/// The packed form of panels [q_base, q_base + panels) of B: kKC-deep blocks, each `panels`
-/// panels of kc x kNR.
+/// The packed form of panels [q_base, q_base + panels) of B: `depth`-deep blocks (depth_block),
+/// each `panels` panels of kc x kNR.
 struct PackedB {
   const float* data;
   Index panels;
+  Index depth;
   Index q_base = 0;
   const float* panel(Index k0, Index kc, Index q) const {
     return data + k0 * panels * kNR + (q - q_base) * kc * kNR;
@@ -106,7 +107,7 @@ ATTN_TARGET_AVX512 inline void prefetch_next_c_tile(const CTarget& c, const CBlo
   }
 }
 
-/// The kMR-row panels of one kKC block of C's block: each A panel (in place or packed) against
+/// The kMR-row panels of one depth block of C's block: each A panel (in place or packed) against
 /// each of the block's B panels.
 template <ALayout L>
 ATTN_TARGET_AVX512 void gemm_block_depth(const StridedMatrix<const float>& a, const PackedB& b,
@@ -150,21 +151,21 @@ inline bool c_rows_alias(const StridedMatrix<float>& c) {
   return c.rows > 1 && c.row_stride > 0 && c.row_stride % 1024 == 0;
 }
 
-/// One block of C: for each kKC block, A's rows (read in place, or packed into `own_a`) against
-/// the block's B panels; then the epilogue's dropout.
+/// One block of C: for each depth block (depth_block), A's rows (read in place, or packed into
+/// `own_a`) against the block's B panels; then the epilogue's dropout.
 ATTN_TARGET_AVX512 inline void gemm_block(const StridedMatrix<const float>& a, const PackedB& b,
                                           StridedMatrix<float> c, const CBlock& blk,
                                           bool accumulate, const GemmEpilogue& epi, float* own_a) {
   const Index K = a.cols, N = c.cols, i0 = blk.i0, mc = blk.mc;
   const Index j0 = blk.q0 * kNR, cols = std::min<Index>(blk.q1 * kNR, N) - j0;
-  const bool copy = c_rows_alias(c) && K > kKC;  // one depth block: stored once, in place
+  const bool copy = c_rows_alias(c) && K > b.depth;  // one depth block: stored once, in place
   // A block is at most kMC x kNC (GemmTasks); the copy's rows are 64 bytes more than kNC apart.
   const CTarget target = copy ? CTarget{pack_buffer(PackSlot::c, kMC * (kNC + 16)), kNC + 16}
                               : CTarget{&c(i0, j0), c.row_stride};
   if (copy && accumulate) copy_block(&c(i0, j0), c.row_stride, target.data, target.ld, mc, cols);
   const ALayout layout = a_layout(a);
-  for (Index k0 = 0; k0 < K; k0 += kKC) {
-    const Index kc = std::min<Index>(kKC, K - k0);
+  for (Index k0 = 0; k0 < K; k0 += b.depth) {
+    const Index kc = std::min<Index>(b.depth, K - k0);
     const bool from_zero = k0 == 0 && !accumulate, last = k0 + kc == K;
     // The row sums of A by the tasks of the first columns, which together see each row once.
     if (epi.row_sums_of_a != nullptr && blk.q0 == 0)
@@ -225,7 +226,8 @@ struct GemmTasks {
   /// `shared_b`: B's packed copy is shared (a cached weight), so no task packs its own panels.
   GemmTasks(Index M, Index N, Index K, int threads, bool shared_b = false)
       : rows(M), panels(ceil_div(N, kNR)) {
-    nc_panels = std::min(panels, kNC / kNR);
+    // A task's block of packed B stays at kKC x kNC floats whatever the depth of its blocks.
+    nc_panels = std::min(panels, std::max<Index>(1, kNC * kKC / depth_block(K, N) / kNR));
     col_blocks = ceil_div(panels, nc_panels);
     if (threads <= 1) {
       head_blocks = ceil_div(M, kMC);
@@ -314,7 +316,8 @@ inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix
 #if defined(_OPENMP)
   if (omp_in_parallel()) threads = 1;
 #endif
-  const Index panels = GemmTasks::ceil_div(N, kNR), kblocks = (K + kKC - 1) / kKC;
+  const Index panels = GemmTasks::ceil_div(N, kNR), depth = depth_block(K, N);
+  const Index kblocks = (K + depth - 1) / depth;
   const auto [cached, first_use] =
       constant_b ? cached_packing(b, K * panels * kNR) : std::pair<float*, bool>{nullptr, false};
   const GemmTasks tasks(M, N, K, threads, cached != nullptr);
@@ -322,15 +325,15 @@ inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix
   const PackedB packed_b{cached != nullptr      ? cached
                          : tasks.own_panels > 0 ? nullptr
                                                 : pack_buffer(PackSlot::b, K * panels * kNR),
-                         panels};
+                         panels, depth};
   // Shared B: packed by the threads together, kPackPanels (or one) panels of a depth block per
   // task, then one barrier.
   const Index group = b.col_stride == 1 ? kPackPanels : 1, per_block = (panels + group - 1) / group;
   const Index pack_tasks =
       tasks.own_panels == 0 && (cached == nullptr || first_use) ? kblocks * per_block : 0;
   const auto pack_task = [&](Index t) {
-    const Index k0 = (t / per_block) * kKC, q0 = t % per_block * group;
-    pack_b_block(b, k0, std::min<Index>(kKC, K - k0), q0, std::min(q0 + group, panels), packed_b);
+    const Index k0 = (t / per_block) * depth, q0 = t % per_block * group;
+    pack_b_block(b, k0, std::min<Index>(depth, K - k0), q0, std::min(q0 + group, panels), packed_b);
   };
   const bool packs_a = a_layout(a) == ALayout::packed;
   const Index work_tasks = tasks.count();
@@ -338,10 +341,10 @@ inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix
     const CBlock blk = tasks.block(t);
     if (tasks.own_panels == 0) return gemm_block(a, packed_b, c, blk, accumulate, epi, own_a);
     // The task's own panels, packed by the thread that reads them, then its rows kMC at a time.
-    const PackedB own{pack_buffer(PackSlot::b, K * (blk.q1 - blk.q0) * kNR), blk.q1 - blk.q0,
+    const PackedB own{pack_buffer(PackSlot::b, K * (blk.q1 - blk.q0) * kNR), blk.q1 - blk.q0, depth,
                       blk.q0};
-    for (Index k0 = 0; k0 < K; k0 += kKC)
-      pack_b_block(b, k0, std::min<Index>(kKC, K - k0), blk.q0, blk.q1, own);
+    for (Index k0 = 0; k0 < K; k0 += depth)
+      pack_b_block(b, k0, std::min<Index>(depth, K - k0), blk.q0, blk.q1, own);
     for (Index i0 = 0; i0 < M; i0 += kMC)
       gemm_block(a, own, c, {i0, std::min(kMC, M - i0), blk.q0, blk.q1}, accumulate, epi, own_a);
   };
@@ -358,7 +361,7 @@ inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix
         for (Index t = 0; t < pack_tasks; ++t) errors.run([&] { pack_task(t); });
       }
       float* own_a = nullptr;
-      if (packs_a) errors.run([&] { own_a = pack_buffer(PackSlot::a, kMC * kKC); });
+      if (packs_a) errors.run([&] { own_a = pack_buffer(PackSlot::a, kMC * depth); });
 #pragma omp for schedule(dynamic, 1)
       for (Index t = 0; t < work_tasks; ++t) errors.run([&] { work_task(t, own_a); });
     }
@@ -367,7 +370,7 @@ inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix
   }
 #endif
   for (Index t = 0; t < pack_tasks; ++t) pack_task(t);
-  float* own_a = packs_a ? pack_buffer(PackSlot::a, kMC * kKC) : nullptr;
+  float* own_a = packs_a ? pack_buffer(PackSlot::a, kMC * depth) : nullptr;
   for (Index t = 0; t < work_tasks; ++t) work_task(t, own_a);
 }
 
