@@ -2,9 +2,9 @@
 //
 // The Goto/BLIS scheme, written for the products of a Transformer step ([B*L, D] x [D, 3D],
 // [D, F], [F, D], [D, V] and their transposes in backward):
-//   - B is packed once per product, in kKC-deep blocks (depth_block) of kNR-column panels, and the
-//   packed copy is
-//     shared by every thread (they pack it together, then meet at one barrier);
+//   - B is packed once per product, in blocks of depth kKC (see depth_block) of kNR-column panels,
+//     and the packed copy is shared by every thread (they pack it together, then meet at one
+//     barrier);
 //   - C is cut into tasks of kMC rows by at most kNC columns, column blocks outermost, so that the
 //     threads sweep all rows against one block of packed B (kept in L2/L3) before the next; each
 //     thread takes tasks as they come free and, for each depth block, passes every kMR-row panel
