@@ -77,7 +77,7 @@ std::set<std::string> files_in(const std::string& dir) {
 // ||f(a) - f(b)|| / ||f(a)|| over elements [begin, end) of two float tensors, f the identity or,
 // for Adam's second moment v (a running mean of squared gradients), the square root: v's relative
 // error is twice its gradients', so sqrt(v) is the figure on the gradients' scale that the 1e-6
-// bound is for (an ASan build at -O2 differed by 1.3e-6 in v itself, and far less in sqrt(v)).
+// bound is for (an ASan build at -O2 differed by 1.3e-6 in v itself and passes on sqrt(v)).
 double relative_error(const attn::Tensor<float>& a, const attn::Tensor<float>& b, attn::Index begin,
                       attn::Index end, bool square_root = false) {
   const auto f = [&](float x) { return square_root ? std::sqrt(double(x)) : double(x); };
