@@ -13,7 +13,9 @@ that each GFLOP/s is also a % of the peak measured minutes apart. Jobs:
   decode  base greedy decoding of 30 tokens, batch 1 (each thread count) and batch 32 (the
           highest thread count) (bench_train_step vs peers/torch_transformer.py decode)
   mha     multi-head attention block forward+backward, d 512, 8 heads, B x L 32x64 and 4x512
-          (bench_attention mha_fwd_bwd vs nn.MultiheadAttention, benchmarks/torch_attention.py)
+          (bench_attention mha_fwd_bwd vs nn.MultiheadAttention, benchmarks/torch_attention.py),
+          and the attention alone at the same shapes (bench_attention fast_fwd_bwd, Q, K and V
+          the column blocks of one packed projection, vs PyTorch's math attention math_fwd_bwd)
   gemm    2048x512x512, 2048x512x2048, 2048x2048x512, 2048x512x8000 as A B, A^T B and A B^T
           (bench_gemm vs torch.mm on OpenBLAS SkylakeX, benchmarks/torch_gemm.py)
 Both sides warm up before timing and time --reps repetitions (train: one step each, after 2
@@ -92,16 +94,23 @@ def decode_jobs(threads, reps):
     return jobs
 
 
+# bench_attention's name of a benchmark -> torch_attention.py's, and the table's label.
+MHA_OPS = (("mha_fwd_bwd", "mha_fwd_bwd", "MHA block fwd+bwd"),
+           ("fast_fwd_bwd", "math_fwd_bwd", "attention alone fwd+bwd"))
+
+
 def mha_jobs(threads, reps):
     jobs = []
     for t in threads:
-        cases = [Case("mha", f"MHA block fwd+bwd, {b}x{l} (ms)", t,
-                      f"mha_fwd_bwd/B:{b}/L:{l}/threads:{t}/", "ms") for b, l in MHA_SHAPES]
+        cases = [Case("mha", f"{label}, {b}x{l} (ms)", t, f"{op}/B:{b}/L:{l}/threads:{t}/", "ms")
+                 for op, _, label in MHA_OPS for b, l in MHA_SHAPES]
         shapes = ",".join(f"{b}x{l}" for b, l in MHA_SHAPES)
         argv = [os.path.join(ROOT, "benchmarks", "torch_attention.py"), "--threads", str(t),
                 "--reps", str(reps), "--shapes", shapes]
-        jobs.append(Job(f"mha t{t}", "bench_attention", f"^mha_fwd_bwd/B:[0-9]+/L:[0-9]+/threads:{t}/",
-                        argv, cases, parse_peer_mha))
+        ops = "|".join(op for op, _, _ in MHA_OPS)
+        sizes = "|".join(f"B:{b}/L:{l}" for b, l in MHA_SHAPES)
+        jobs.append(Job(f"mha t{t}", "bench_attention", f"^({ops})/({sizes})/threads:{t}/", argv,
+                        cases, parse_peer_mha))
     return jobs
 
 
@@ -153,9 +162,16 @@ def parse_rows(text, op_prefix, key_fields):
 
 
 def parse_peer_mha(case_list, text):
-    rows = parse_rows(text, "mha_fwd_bwd", 2)
-    for case, (b, l) in zip(case_list, MHA_SHAPES):
-        case.peer.append(rows[("mha_fwd_bwd", str(b), str(l))])
+    peer_op = {op: peer for op, peer, _ in MHA_OPS}
+    rows = {}
+    for peer in peer_op.values():
+        rows.update(parse_rows(text, peer, 2))
+    for case in case_list:
+        op, b, l = re.match(r"(\w+)/B:(\d+)/L:(\d+)/", case.attn_prefix).groups()
+        key = (peer_op[op], b, l)
+        if key not in rows:
+            raise RuntimeError(f"no {' '.join(key)} row in torch_attention.py's output")
+        case.peer.append(rows[key])
 
 
 def parse_peer_gemm(case_list, text):

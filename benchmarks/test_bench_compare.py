@@ -16,6 +16,13 @@ GEMM_OUT = ("# torch 1.13.0a0, torch threads 2\n"
             + "".join(f"gemm_{f:<3} {m:>5} {k:>5} {n:>5}       2      10.000     9.000    100.0\n"
                       for m, k, n in bc.GEMM_SHAPES for f in bc.GEMM_FORMS))
 
+MHA_OUT = ("# torch 1.13.0a0, torch threads 2, shapes ...\n"
+           "op              B     L threads  median ms    min ms  GFLOP/s\n"
+           + "".join(f"{op:<13} {b:>3} {l:>5}       2 {ms:>10.2f} {ms - 1:>9.2f}    100.0\n"
+                     for b, l in bc.MHA_SHAPES
+                     for op, ms in (("math_fwd", 1.0), ("math_fwd_bwd", 3.0), ("mha_fwd", 20.0),
+                                    ("mha_fwd_bwd", 60.0))))
+
 
 def attn_json(prefix, times_ms, **counters):
     return {"benchmarks": [dict(run_type="iteration", run_name=prefix + "real_time",
@@ -45,6 +52,19 @@ class ParseAndRatio(unittest.TestCase):
         bc.record_attn(case, attn_json(case.attn_prefix, [5.0, 4.0, 6.0], **{"GFLOP/s": 1.0}),
                        {1: 1.0, 2: 2.0})
         self.assertIn("| 2.00 |", bc.case_row(case))  # 10 ms against 5 ms
+
+    def test_mha_rows_go_to_the_block_and_to_the_attention_alone(self):
+        job = bc.mha_jobs([2], 5)[0]
+        self.assertEqual(job.attn_filter,
+                         "^(mha_fwd_bwd|fast_fwd_bwd)/(B:32/L:64|B:4/L:512)/threads:2/")
+        bc.parse_peer_mha(job.cases, MHA_OUT)
+        peer = {c.attn_prefix: c.peer[0]["median_ms"] for c in job.cases}
+        self.assertEqual(peer, {"mha_fwd_bwd/B:32/L:64/threads:2/": 60.0,
+                                "mha_fwd_bwd/B:4/L:512/threads:2/": 60.0,
+                                "fast_fwd_bwd/B:32/L:64/threads:2/": 3.0,
+                                "fast_fwd_bwd/B:4/L:512/threads:2/": 3.0})
+        with self.assertRaisesRegex(RuntimeError, "math_fwd_bwd 4 512"):
+            bc.parse_peer_mha(job.cases, MHA_OUT.replace("math_fwd_bwd    4", "other"))
 
     def test_range_over_rounds(self):
         cases = bc.gemm_jobs([2], 5, 0.1)[0].cases
