@@ -2,6 +2,8 @@
 # The whole test suite under sanitizers:
 #   1. ASan + UBSan (with float-cast-overflow and signed-integer-overflow, which GCC's
 #      -fsanitize=undefined leaves out or only warns about), every report fatal: build-asan/.
+#      The install step is on, so that the cmake_consumer_* projects (built with these flags too)
+#      and attn_to_torch (attn-translate and attn-logits against PyTorch) run instrumented.
 #   2. TSan over the threaded kernels and the trainer's tests, with OpenMP (attn's only threads):
 #      build-tsan/. GCC's libgomp is not instrumented, so TSan cannot see its barriers and reports
 #      accesses on either side of one as races (14 such reports in the kernel tests). clang++ with
@@ -16,7 +18,7 @@ pattern=${1:-}
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 common=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_BUILD_TESTS=ON -DATTN_BUILD_EXAMPLES=ON
-        -DATTN_BUILD_BENCHMARKS=OFF -DATTN_INSTALL=OFF -DATTN_NATIVE=OFF "${launcher[@]}")
+        -DATTN_BUILD_BENCHMARKS=OFF -DATTN_INSTALL=ON -DATTN_NATIVE=OFF "${launcher[@]}")
 status=0
 
 if [ "$which" = asan ] || [ "$which" = all ]; then
