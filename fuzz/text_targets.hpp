@@ -80,6 +80,9 @@ TextOutcome refused_or_accepted(Fn&& fn) {
 
 }  // namespace impl
 
+/// The training data's fingerprint the train_state target resumes with, and its seed stores.
+inline constexpr std::uint64_t kSeedDataFingerprint = 0x0123456789abcdefULL;
+
 inline TextOutcome run_train_state(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   translate::Metadata m;
@@ -97,6 +100,7 @@ inline TextOutcome run_train_state(const std::uint8_t* data, std::size_t size) {
     translate::restore_options(o, m, "fuzz.safetensors");
     if (m.count("curves")) translate::decode_curves(m.at("curves"), "fuzz.safetensors");
     translate::restore_data_position(m, "fuzz.safetensors", 1000);
+    translate::check_data_fingerprint(m, "fuzz.safetensors", kSeedDataFingerprint);
   });
 }
 
@@ -131,6 +135,7 @@ inline std::vector<std::pair<std::string, std::string>> train_state_seeds() {
   translate::Metadata m;
   translate::store_options(translate::TrainOptions{}, m);
   translate::store_data_position({3, 7}, m);
+  translate::store_data_fingerprint(kSeedDataFingerprint, m);
   m["curves"] = translate::encode_curves({{100, 4.5, 4.25, 1.5}, {200, 3.5, -0.0, 0.0}});
   std::string text;
   for (const auto& [k, v] : m) text += k + "=" + v + "\n";

@@ -37,6 +37,21 @@ void store_data_position(const DataPosition& position, Metadata& m);
 DataPosition restore_data_position(const Metadata& m, const std::string& file,
                                    std::size_t batches_per_epoch);
 
+/// The error of a --resume whose data are not the checkpoint's: the given data, not the
+/// checkpoint, are at fault, so no older checkpoint is tried instead.
+class OtherDataError : public DataError {
+ public:
+  using DataError::DataError;
+};
+
+/// data.fingerprint: the training batches a checkpoint was trained on (fingerprint(Batcher),
+/// distributed.hpp), as 16 hex digits, and the check of --resume against it: OtherDataError when
+/// the given data differ (a resume without the interrupted run's --src/--tgt would otherwise go on
+/// over the built-in corpus), FormatError if malformed; nothing to check in checkpoints written
+/// before the key existed.
+void store_data_fingerprint(std::uint64_t fingerprint, Metadata& m);
+void check_data_fingerprint(const Metadata& m, const std::string& file, std::uint64_t given);
+
 /// Metadata `key` of `file`; FormatError if missing.
 const std::string& metadata_value(const Metadata& m, const std::string& key,
                                   const std::string& file);

@@ -134,6 +134,7 @@ std::string Trainer::save_checkpoint() {
   if (replicas_->rank() != 0) return {};  // one writer; the ranks' states are the same
   auto meta = metadata();
   store_data_position({epoch_, batch_index_}, meta);
+  store_data_fingerprint(data_fingerprint_, meta);
   meta["curves"] = encode_curves(curves_);
   const std::string path = checkpoint_path(opt_.model_dir, step());
   const AtomicWriteResult written =

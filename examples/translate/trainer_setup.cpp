@@ -121,6 +121,8 @@ void Trainer::resume_newest_loadable(const TrainOptions& given) {
       if (!skipped_checkpoints_.empty() && !opt_.quiet)
         std::cerr << "resume: skipped " << reasons << "; resuming from " << it->second << '\n';
       return;
+    } catch (const OtherDataError&) {
+      throw;  // the given data, not the checkpoint: an older one would not match either
     } catch (const Error& e) {
       skipped_checkpoints_.push_back(it->second + " (" + e.what() + ")");
       reasons += (reasons.empty() ? "" : "; ") + skipped_checkpoints_.back();
@@ -137,6 +139,7 @@ void Trainer::resume_from(const std::string& path) {
   restore_options(opt_, meta, path);
   build(config_from_model_file(file));
   // Everything the metadata holds is checked before the weights are loaded.
+  check_data_fingerprint(meta, path, data_fingerprint_);
   const DataPosition position = restore_data_position(meta, path, train_batches_->batches().size());
   auto it = meta.find("curves");
   curves_ = it != meta.end() ? decode_curves(it->second, path) : std::vector<CurvePoint>{};
@@ -157,6 +160,7 @@ void Trainer::build(const TransformerConfig& config) {
   b.max_len = opt_.max_len;
   b.overlong = OverlongPolicy::kSkip;
   train_batches_ = std::make_unique<Batcher>(tokenize_pairs(vocab_, data_.train), b);
+  data_fingerprint_ = fingerprint(*train_batches_);
   ATTN_CHECK(train_batches_->size() > 0, DataError, "train: every one of the ", data_.train.size(),
              " training pairs is longer than max_len ", opt_.max_len, " subword tokens");
   if (train_batches_->skipped() > 0 && !opt_.quiet)

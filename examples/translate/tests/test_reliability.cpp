@@ -200,6 +200,8 @@ TEST_F(Reliability, MalformedTrainingStateNamesFileAndKey) {
       {"curves", "x,1,2,3;", "curves step = \"x\" is not a decimal integer"},
       {"curves", "4,1,inf,3;", "curves: \"inf\" is not a number or nan"},
       {"step", "18446744073709551616", "metadata \"step\" must be a non-negative decimal integer"},
+      {"data.fingerprint", "12g4", "data.fingerprint: expected 16 hex digits, got '12g4'"},
+      {"data.fingerprint", "-000000000000001", "expected 16 hex digits, got '-000000000000001'"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.key) + " = " + c.value);
@@ -263,6 +265,36 @@ TEST_F(Reliability, ResumeFallsBackToTheNewestCheckpointThatLoads) {
   const std::string msg = error_of([&] { tr::Trainer again(o, split()); });
   EXPECT_TRUE(contains(msg, "--resume: no checkpoint of '" + m + "' loads")) << msg;
   EXPECT_TRUE(contains(msg, newest) && contains(msg, older)) << msg;
+}
+
+TEST_F(Reliability, ResumeOnOtherDataIsRefusedAndAnOldCheckpointWithoutTheKeyIsNot) {
+  const std::string m = model_copy();
+  tr::TrainOptions o = tiny_options(m);
+  o.resume = true;
+  // One training pair fewer, or another corpus (as when --src and --tgt are left out and the
+  // built-in corpus is read): the batches differ, and every checkpoint was trained on the others.
+  tr::CorpusSplit fewer = split();
+  fewer.train.src.pop_back();
+  fewer.train.tgt.pop_back();
+  tr::CorpusSplit other = split();
+  other.train = synthetic(200, 9);
+  for (const tr::CorpusSplit* d : {&fewer, &other}) {
+    const std::string msg = error_of([&] { tr::Trainer t(o, *d); });
+    EXPECT_TRUE(contains(msg, "--resume: " + tr::list_checkpoints(m).back().second +
+                                  " was trained on other data (training batches with fingerprint "))
+        << msg;
+    EXPECT_TRUE(contains(msg, "pass the interrupted run's --src and --tgt")) << msg;
+    EXPECT_FALSE(contains(msg, "no checkpoint of")) << msg;  // not taken for a corrupt file
+  }
+  {
+    tr::Trainer same(o, split());
+    EXPECT_EQ(same.step(), 4);
+  }
+  // Checkpoints written before the fingerprint existed resume on whatever they are given.
+  for (const auto& [step, path] : tr::list_checkpoints(m))
+    rewrite(path, [](auto& meta) { meta.erase("data.fingerprint"); });
+  tr::Trainer old(o, fewer);
+  EXPECT_EQ(old.step(), 4);
 }
 
 TEST_F(Reliability, AVocabularyWithoutWeightsDoesNotBlockANewRun) {
