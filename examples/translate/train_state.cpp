@@ -27,8 +27,8 @@ std::string str(double v) {
 template <class T>
 T bounded(const Metadata& m, const std::string& key, const std::string& file, T lo, T hi) {
   const T v = parse_number_or_throw<T>(metadata_value(m, key, file), file, "metadata " + key);
-  ATTN_CHECK(v >= lo && v <= hi, FormatError, file, ": metadata ", key, " = ", v,
-             " is outside [", lo, ", ", hi, "]");
+  ATTN_CHECK(v >= lo && v <= hi, FormatError, file, ": metadata ", key, " = ", v, " is outside [",
+             lo, ", ", hi, "]");
   return v;
 }
 

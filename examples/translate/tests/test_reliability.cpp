@@ -34,10 +34,9 @@ namespace {
 
 /// Rewrites the safetensors file `path` with `edit` applied to its metadata and `poison` to the
 /// raw bytes of its tensors (as a careful attacker would: the file stays well-formed).
-void rewrite(const std::string& path,
-             const std::function<void(std::map<std::string, std::string>&)>& edit,
-             const std::function<void(const std::string&, std::vector<unsigned char>&)>& poison =
-                 nullptr) {
+void rewrite(
+    const std::string& path, const std::function<void(std::map<std::string, std::string>&)>& edit,
+    const std::function<void(const std::string&, std::vector<unsigned char>&)>& poison = nullptr) {
   const attn::SafetensorsFile f = attn::load_safetensors(path);
   std::vector<attn::TensorEntry> entries;
   for (const auto& name : f.names()) {
@@ -155,8 +154,8 @@ TEST_F(Reliability, NonFiniteWeightsAreRefused) {
 
 TEST_F(Reliability, AByteOrderMarkIsNotPartOfTheFirstWord) {
   const std::string m = (suite_dir_ / "model").string();
-  const CliResult plain = run("translate --threads 1 --greedy --model-dir " + m,
-                              input("the red cat\nthe dog\n"));
+  const CliResult plain =
+      run("translate --threads 1 --greedy --model-dir " + m, input("the red cat\nthe dog\n"));
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   const std::string bom_file = dir("bom.txt");
   write_file(bom_file, "\xEF\xBB\xBFthe red cat\nthe dog\n");
@@ -224,7 +223,8 @@ TEST_F(Reliability, ASecondTrainerOnTheDirectoryIsRefused) {
   const std::string m = dir("locked");
   tr::Trainer first(tiny_options(m), split());
   const std::string msg = error_of([&] { tr::Trainer second(tiny_options(m), split()); });
-  EXPECT_TRUE(contains(msg, "model directory '" + m + "' is in use by another attn-translate train"))
+  EXPECT_TRUE(
+      contains(msg, "model directory '" + m + "' is in use by another attn-translate train"))
       << msg;
 }
 
@@ -343,8 +343,9 @@ TEST_F(Reliability, CtrlCExits130WithACheckpointAndASecondOneAbortsAtOnce) {
                             " --tgt " + tgt + " --preset tiny --vocab-size 60 --max-len 32 " +
                             "--valid-every 0 --checkpoint-every 0 --svg 0 --model-dir ";
   auto interrupt = [&](const std::string& model, const std::string& signals) {
-    const std::string cmd = "sh -c '" + train + model + " 2> " + model + ".err & pid=$!; sleep 2; " +
-                            signals + "; wait $pid; echo $? > " + model + ".rc'";
+    const std::string cmd = "sh -c '" + train + model + " 2> " + model +
+                            ".err & pid=$!; sleep 2; " + signals + "; wait $pid; echo $? > " +
+                            model + ".rc'";
     EXPECT_EQ(std::system(cmd.c_str()), 0);
     return read_file(model + ".rc");
   };
