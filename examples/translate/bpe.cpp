@@ -4,12 +4,11 @@
 #include <sentencepiece_trainer.h>
 
 #include <cerrno>
-#include <charconv>
-#include <optional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -54,14 +53,8 @@ void write_file(const std::string& path, const std::string& bytes) {
   write_file_atomically(path, bytes);
 }
 
-std::string hex(std::uint64_t v) {
-  std::ostringstream s;
-  s << std::hex << v;
-  return s.str();
-}
-
 std::string describe(const VocabFingerprint& f) {
-  return detail::concat("size ", f.size, ", spm.model hash ", hex(f.hash));
+  return detail::concat("size ", f.size, ", spm.model hash ", hex16(f.hash));
 }
 
 }  // namespace
@@ -124,7 +117,7 @@ SubwordVocab SubwordVocab::train(const std::vector<std::string>& sentences, cons
   write_file(model_path, model);
   write_file(path_in(dir, kInfoFile),
              detail::concat(kInfoMagic, " 1\nsize ", impl->fingerprint.size, "\nhash ",
-                            hex(impl->fingerprint.hash), "\n"));
+                            hex16(impl->fingerprint.hash), "\n"));
   return SubwordVocab(std::move(impl));
 }
 
@@ -144,10 +137,10 @@ VocabFingerprint read_vocab_fingerprint(const std::string& dir) {
   ATTN_CHECK(size && *size > 0, FormatError, "'", path, "': size '", size_text,
              "' is not a positive integer");
   f.size = *size;
-  const char* end = hash_hex.data() + hash_hex.size();
-  const auto r = std::from_chars(hash_hex.data(), end, f.hash, 16);
-  ATTN_CHECK(r.ec == std::errc() && r.ptr == end, FormatError, "'", path, "': hash '", hash_hex,
+  const std::optional<std::uint64_t> hash = parse_hex<std::uint64_t>(hash_hex);
+  ATTN_CHECK(hash.has_value(), FormatError, "'", path, "': hash '", hash_hex,
              "' is not hexadecimal");
+  f.hash = *hash;
   return f;
 }
 

@@ -2,8 +2,8 @@
 
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <type_traits>
@@ -120,14 +120,6 @@ void store_data_position(const DataPosition& p, Metadata& m) {
   m["data.batch"] = std::to_string(p.batch);
 }
 
-namespace {
-std::string hex16(std::uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-}  // namespace
-
 void store_data_fingerprint(std::uint64_t fingerprint, Metadata& m) {
   m["data.fingerprint"] = hex16(fingerprint);
 }
@@ -136,12 +128,10 @@ void check_data_fingerprint(const Metadata& m, const std::string& file, std::uin
   const auto it = m.find("data.fingerprint");
   if (it == m.end()) return;
   const std::string& text = it->second;
-  std::uint64_t saved = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), saved, 16);
-  ATTN_CHECK(text.size() == 16 && ec == std::errc() && end == text.data() + text.size(),
-             FormatError, file, ": metadata data.fingerprint: expected 16 hex digits, got '",
-             text.substr(0, 40), "'");
-  ATTN_CHECK(saved == given, OtherDataError, "--resume: ", file,
+  const std::optional<std::uint64_t> saved = parse_hex<std::uint64_t>(text);
+  ATTN_CHECK(text.size() == 16 && saved.has_value(), FormatError, file,
+             ": metadata data.fingerprint: expected 16 hex digits, got '", text.substr(0, 40), "'");
+  ATTN_CHECK(*saved == given, OtherDataError, "--resume: ", file,
              " was trained on other data (training batches with fingerprint ", text,
              "; the given data's: ", hex16(given),
              "): pass the interrupted run's --src and --tgt (without them, the built-in corpus)");

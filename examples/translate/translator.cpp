@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <sstream>
 
 #include <attn/strict_number.hpp>
 #include <attn/train/averaging.hpp>
@@ -13,16 +12,6 @@
 
 namespace attn::translate {
 
-namespace {
-
-std::string hex_string(std::uint64_t v) {
-  std::ostringstream s;
-  s << std::hex << v;
-  return s.str();
-}
-
-}  // namespace
-
 void check_vocab_metadata(const std::map<std::string, std::string>& m, const SubwordVocab& vocab,
                           const std::string& file) {
   auto size = m.find(kVocabSizeKey), hash = m.find(kVocabHashKey);
@@ -31,16 +20,11 @@ void check_vocab_metadata(const std::map<std::string, std::string>& m, const Sub
   const VocabFingerprint fp = vocab.fingerprint();
   if (size->second == std::to_string(fp.size) && hash->second == std::to_string(fp.hash)) return;
   // The metadata holds the hash in decimal; vocab.txt and its messages show it in hex.
-  std::string stored_hash = hash->second;
-  try {
-    std::size_t used = 0;
-    const unsigned long long h = std::stoull(stored_hash, &used);
-    if (used == stored_hash.size()) stored_hash = hex_string(h);
-  } catch (const std::exception&) {
-  }
+  const std::optional<std::uint64_t> stored = parse_number<std::uint64_t>(hash->second);
+  const std::string stored_hash = stored ? hex16(*stored) : hash->second;
   throw FormatError(detail::concat(file, " was trained with a different vocabulary: expected the ",
                                    "directory's size ", fp.size, ", spm.model hash ",
-                                   hex_string(fp.hash), ", found size ", size->second,
+                                   hex16(fp.hash), ", found size ", size->second,
                                    ", spm.model hash ", stored_hash));
 }
 

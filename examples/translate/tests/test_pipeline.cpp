@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <attn/strict_number.hpp>
 #include <attn/train/clip.hpp>
 #include <attn/train/safetensors.hpp>
 
@@ -282,13 +283,8 @@ TEST_F(Pipeline, RefusesModelDirectoryOfAnotherVocabulary) {
   train_one_step(ob);
   const tr::SubwordVocab va = tr::SubwordVocab::load(a), vb = tr::SubwordVocab::load(b);
   ASSERT_NE(va.fingerprint(), vb.fingerprint());
-  auto hex = [](std::uint64_t h) {
-    std::ostringstream s;
-    s << std::hex << h;
-    return s.str();
-  };
-  const std::string fa = "size 60, spm.model hash " + hex(va.fingerprint().hash);
-  const std::string fb = "size 70, spm.model hash " + hex(vb.fingerprint().hash);
+  const std::string fa = "size 60, spm.model hash " + attn::hex16(va.fingerprint().hash);
+  const std::string fb = "size 70, spm.model hash " + attn::hex16(vb.fingerprint().hash);
 
   // Weights of b with a's vocabulary: refused by the translator and by --resume.
   const std::string ckpt = a + "/checkpoint_1.safetensors";
