@@ -121,7 +121,7 @@ class MpiReplicas final : public Replicas {
     return n;
   }
 
-  void start(Transformer<float>& model, const Batcher& batches,
+  void start(Transformer<float>& model, std::uint64_t batches,
              const std::map<std::string, std::string>& metadata,
              const TrainOptions& options) override {
     std::map<std::string, std::string> run = metadata;
@@ -132,7 +132,7 @@ class MpiReplicas final : public Replicas {
       check_same_on_all_ranks(
           fingerprint(run),
           "training options, model configuration, vocabulary, --steps or --no-overlap-allreduce");
-      check_same_on_all_ranks(fingerprint(batches), "training batches (the data files)");
+      check_same_on_all_ranks(batches, "training batches (the data files)");
       check_same_on_all_ranks(parameter_fingerprint(model.parameters()), "starting parameters");
     } catch (const ConfigError& e) {
       throw AgreedError(e.what());  // every rank saw the same fingerprints

@@ -53,9 +53,10 @@ class Replicas {
   /// Returns when every rank has arrived (ranks > 0 wait here while rank 0 makes the vocabulary).
   virtual void barrier() {}
   /// Once the model is built or resumed: gives this rank its dropout stream and checks that every
-  /// rank starts from the same parameters, training batches, checkpoint metadata (configuration,
-  /// vocabulary, training options) and stopping rules (AgreedError otherwise).
-  virtual void start(Transformer<float>& /*model*/, const Batcher& /*batches*/,
+  /// rank starts from the same parameters, training batches (`batches`: their fingerprint, which
+  /// the trainer computed once), checkpoint metadata (configuration, vocabulary, training
+  /// options) and stopping rules (AgreedError otherwise).
+  virtual void start(Transformer<float>& /*model*/, std::uint64_t /*batches*/,
                      const std::map<std::string, std::string>& /*metadata*/,
                      const TrainOptions& /*options*/) {}
   /// Rank 0's `value` on every rank: decisions that must not differ (stop on wall time).

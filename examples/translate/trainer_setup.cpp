@@ -102,7 +102,7 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
     build(make_config(opt_, vocab_.size()));
     order_ = train_batches_->epoch_order(opt_.seed, epoch_);
   }
-  replicas_->start(*model_, *train_batches_, metadata(), opt_);
+  replicas_->start(*model_, data_fingerprint_, metadata(), opt_);
 }
 
 void Trainer::resume_newest_loadable(const TrainOptions& given) {
