@@ -59,6 +59,15 @@ TEST(Tensor, LeadingAxisSlicesAreViews) {
   EXPECT_EQ(r.data(), t.data() + 4);
 }
 
+TEST(Tensor, ShapeWithLastExtentAndFromARange) {
+  const Shape s{2, 3, 4};
+  EXPECT_EQ(s.with_last(7), Shape({2, 3, 7}));
+  EXPECT_EQ(Shape(s.begin() + 1, s.end()), Shape({3, 4}));
+  EXPECT_EQ(Shape(s.begin(), s.begin()), Shape());
+  EXPECT_THROW(Shape().with_last(3), ShapeError);
+  EXPECT_THROW(s.with_last(-1), ShapeError);
+}
+
 TEST(Tensor, MatrixViewFlattensLeadingAxes) {
   Tensor<float> t({2, 3, 4});
   auto m = t.matrix();
@@ -102,7 +111,8 @@ TEST(Tensor, ErrorsNameExpectedAndActual) {
 }
 
 TEST(Tensor, ShapesWhoseElementCountOverflowsAreRefusedBeforeAllocating) {
-  // 2^32 * 2^32 used to wrap Shape::numel to 0 (UB), and [2^61, 2] floats allocated a wrapped byte count.
+  // 2^32 * 2^32 used to wrap Shape::numel to 0 (UB), and [2^61, 2] floats allocated a wrapped byte
+  // count.
   const Index big = Index(1) << 32;
   const std::string msg = testing::error_of<ShapeError>([&] { Shape s({big, big}); });
   EXPECT_NE(msg.find("tensor shape [4294967296, 4294967296] has more elements than an Index"),
@@ -111,8 +121,9 @@ TEST(Tensor, ShapesWhoseElementCountOverflowsAreRefusedBeforeAllocating) {
   EXPECT_THROW(Shape({big, big, 0}), ShapeError);  // a zero extent does not hide the overflow
   EXPECT_EQ(Shape({big, 0}).numel(), 0);
   EXPECT_EQ(Shape({big, Index(1) << 30}).numel(), Index(1) << 62);
-  const std::string alloc =
-      testing::error_of<ShapeError>([&] { Tensor<float> t(Shape({Index(1) << 61, 2})); });
+  const std::string alloc = testing::error_of<ShapeError>([&] {
+    Tensor<float> t(Shape({Index(1) << 61, 2}));
+  });
   EXPECT_NE(alloc.find("elements of 4 bytes is too large to allocate"), std::string::npos) << alloc;
 }
 

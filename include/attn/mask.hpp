@@ -43,12 +43,20 @@ class KeyPaddingMask {
 
   /// Keys whose token id equals `pad_id` are padding. `ids` is [B, S].
   static KeyPaddingMask from_tokens(const Tensor<TokenId>& ids, TokenId pad_id) {
+    KeyPaddingMask m;
+    m.assign_tokens(ids, pad_id);
+    return m;
+  }
+  /// Makes this the mask of `ids` as from_tokens does, in the storage it has when that is large
+  /// enough (a training loop's masks are allocated once, not once per batch).
+  void assign_tokens(const Tensor<TokenId>& ids, TokenId pad_id) {
     ATTN_CHECK(ids.rank() == 2, ShapeError, "KeyPaddingMask: expected token ids [B, S], got ",
                ids.shape());
-    KeyPaddingMask m(ids.size(0), ids.size(1));
+    real_.resize(static_cast<std::size_t>(ids.numel()));
     for (Index i = 0; i < ids.numel(); ++i)
-      m.real_[static_cast<std::size_t>(i)] = ids.data()[i] != pad_id;
-    return m;
+      real_[static_cast<std::size_t>(i)] = ids.data()[i] != pad_id;
+    batch_ = ids.size(0);
+    length_ = ids.size(1);
   }
 
   bool empty() const { return real_.empty() && batch_ == 0; }

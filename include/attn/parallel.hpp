@@ -55,6 +55,18 @@ inline constexpr Index kParallelMinRowwise = 16384;
 /// The optimiser's update of one parameter tensor: most tensors (biases, norms) stay serial.
 inline constexpr Index kParallelMinOptimizer = 65536;
 
+/// Whether a parallel region opened here would have more than one thread. Callers open none
+/// otherwise: libgomp allocates and frees the team of a one-thread region on every entry (an
+/// `if (false)` clause included), and nothing may be allocated after a training loop's first step
+/// (tests/test_allocation.cpp).
+inline bool opens_team() {
+#if defined(_OPENMP)
+  return omp_get_max_threads() > 1 && !omp_in_parallel();
+#else
+  return false;
+#endif
+}
+
 /// Carries an exception out of an OpenMP parallel region, which it may not leave by itself (that
 /// calls std::terminate: a std::bad_alloc in a thread's scratch would end the program). Each
 /// thread runs its work through run(); the first exception is kept and work not yet started is
@@ -88,14 +100,16 @@ class RegionErrors {
 /// from body reaches the caller (the other indices may or may not have run).
 template <class Body>
 void parallel_for(Index n, Index cost, Index min_work, Body&& body) {
-  const bool parallel = n * cost > min_work;
-  (void)parallel;
-  RegionErrors errors;
 #if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (parallel)
+  if (n > 1 && n * cost > min_work && opens_team()) {
+    RegionErrors errors;
+#pragma omp parallel for schedule(static)
+    for (Index i = 0; i < n; ++i) errors.run([&] { body(i); });
+    errors.rethrow();
+    return;
+  }
 #endif
-  for (Index i = 0; i < n; ++i) errors.run([&] { body(i); });
-  errors.rethrow();
+  for (Index i = 0; i < n; ++i) body(i);
 }
 
 /// body(begin, len) over [0, n) cut into chunks of `chunk` elements (the last one shorter), in

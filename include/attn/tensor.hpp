@@ -44,6 +44,8 @@ class Shape {
   Shape() = default;
   Shape(std::initializer_list<Index> dims) { assign(dims.begin(), dims.end()); }
   explicit Shape(const std::vector<Index>& dims) { assign(dims.begin(), dims.end()); }
+  /// The extents [first, last), e.g. another shape's begin() + 1 to end(); allocates nothing.
+  Shape(const Index* first, const Index* last) { assign(first, last); }
 
   int rank() const { return rank_; }
   Index operator[](int axis) const { return dims_[static_cast<std::size_t>(axis)]; }
@@ -55,6 +57,13 @@ class Shape {
   const Index* begin() const { return dims_.data(); }
   const Index* end() const { return dims_.data() + rank_; }
   std::vector<Index> to_vector() const { return {begin(), end()}; }
+  /// This shape with its last extent replaced by `extent` (a Linear's output from its input).
+  Shape with_last(Index extent) const {
+    ATTN_CHECK(rank_ >= 1, ShapeError, "with_last: needs rank >= 1, got a scalar shape");
+    std::array<Index, kMaxRank> dims = dims_;
+    dims[static_cast<std::size_t>(rank_ - 1)] = extent;
+    return Shape(dims.data(), dims.data() + rank_);
+  }
 
   friend bool operator==(const Shape& a, const Shape& b) {
     return a.rank_ == b.rank_ && std::equal(a.begin(), a.end(), b.begin());
@@ -237,9 +246,8 @@ class Tensor {
     ATTN_CHECK(rank() >= 1, ShapeError, "slice: needs rank >= 1, got shape ", shape_);
     ATTN_CHECK(i >= 0 && i < shape_[0], IndexError, "slice: index ", i, " out of range [0, ",
                shape_[0], ")");
-    std::vector<Index> dims(shape_.begin() + 1, shape_.end());
     Tensor v = *this;
-    v.shape_ = Shape(dims);
+    v.shape_ = Shape(shape_.begin() + 1, shape_.end());
     v.offset_ = offset_ + i * v.shape_.numel();
     return v;
   }
@@ -249,11 +257,12 @@ class Tensor {
     ATTN_CHECK(rank() >= 1, ShapeError, "slice: needs rank >= 1, got shape ", shape_);
     ATTN_CHECK(0 <= begin && begin <= end && end <= shape_[0], IndexError, "slice: range [", begin,
                ", ", end, ") out of range [0, ", shape_[0], "]");
-    std::vector<Index> dims = shape_.to_vector();
+    std::array<Index, Shape::kMaxRank> dims{};
+    std::copy(shape_.begin(), shape_.end(), dims.begin());
     const Index inner = rank() > 1 ? numel() / std::max<Index>(shape_[0], 1) : 1;
     dims[0] = end - begin;
     Tensor v = *this;
-    v.shape_ = Shape(dims);
+    v.shape_ = Shape(dims.data(), dims.data() + rank());
     v.offset_ = offset_ + begin * inner;
     return v;
   }

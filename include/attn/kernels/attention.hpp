@@ -149,24 +149,33 @@ void for_each_head(const AttentionShape& shape, const AttentionMask<T>& mask, bo
   const Index pairs = shape.batch * shape.heads;
   const Index work = pairs * shape.queries * shape.keys * shape.head_dim;
   RegionErrors errors;  // a scratch too large for memory is a std::bad_alloc for the caller
-#if defined(_OPENMP)
-#pragma omp parallel if (pairs > 1 && work >= kAttentionParallelMinWork)
-#endif
-  {
-    AttentionScratch<T>& scratch = thread_scratch<T>();
+  const auto prepare = [&](AttentionScratch<T>& scratch) {
     errors.run([&] {
       scratch.prepare(std::min(kAttentionQueryBlock, shape.queries), shape.keys, backward, drop);
     });
+  };
+  const auto pair = [&](AttentionScratch<T>& scratch, Index bh) {
+    errors.run([&] {
+      const AttentionHead head{shape, bh / shape.heads, bh % shape.heads};
+      body(scratch, head, key_padding_bias(scratch, mask.key_padding, head.b));
+    });
+  };
 #if defined(_OPENMP)
+  if (pairs > 1 && work >= kAttentionParallelMinWork && opens_team()) {
+#pragma omp parallel
+    {
+      AttentionScratch<T>& scratch = thread_scratch<T>();
+      prepare(scratch);
 #pragma omp for schedule(static)
-#endif
-    for (Index bh = 0; bh < pairs; ++bh) {
-      errors.run([&] {
-        const AttentionHead head{shape, bh / shape.heads, bh % shape.heads};
-        body(scratch, head, key_padding_bias(scratch, mask.key_padding, head.b));
-      });
+      for (Index bh = 0; bh < pairs; ++bh) pair(scratch, bh);
     }
+    return errors.rethrow();
   }
+#endif
+  // On the calling thread, without a region (opens_team says why).
+  AttentionScratch<T>& scratch = thread_scratch<T>();
+  prepare(scratch);
+  for (Index bh = 0; bh < pairs; ++bh) pair(scratch, bh);
   errors.rethrow();
 }
 

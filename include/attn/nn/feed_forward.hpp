@@ -40,9 +40,7 @@ class FeedForward : public Module<T> {
     // The ReLU and the dropout are applied as linear1's product is stored; relu_ keeps the result
     // for backward, where h > 0 exactly where the ReLU passed and the dropout kept, so its mask
     // and the dropout's backward give the same bits as the separate modules.
-    std::vector<Index> hidden = x.shape().to_vector();
-    hidden.back() = d_ff();
-    const DropoutMask drop = dropout_.fused_forward(Shape(hidden));
+    const DropoutMask drop = dropout_.fused_forward(x.shape().with_last(d_ff()));
     const Tensor<T>& h = relu_.adopt_output(linear1.forward(x, /*relu=*/true, drop));  // [..., F]
     return linear2.forward(h);
   }

@@ -36,9 +36,7 @@ class Linear : public Module<T> {
     ATTN_CHECK(x.rank() >= 1 && x.size(x.rank() - 1) == in_, ShapeError,
                "Linear: expected input [..., ", in_, "], got ", x.shape());
     x_ = x;
-    std::vector<Index> dims = x.shape().to_vector();
-    dims.back() = out_;
-    y_.resize(Shape(dims));
+    y_.resize(x.shape().with_last(out_));
     kernels::linear_forward<T>(y_.matrix(), x.matrix(), weight.value.matrix(),
                                has_bias_ ? bias.value.data() : nullptr, relu, drop.p, drop.key);
     return y_;

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "attn/parallel.hpp"
 #include "attn/random.hpp"
 #include "attn/tensor.hpp"
 
@@ -81,8 +82,12 @@ class Module {
     return n;
   }
 
+  /// Zeroes every gradient (a tied one once per name it has), allocating nothing: unlike
+  /// parameters(), it builds no names.
   void zero_grad() {
-    for (auto& p : parameters()) p.grad.set_zero();
+    for (auto& entry : params_)
+      parallel_zero(entry.second->grad.data(), entry.second->grad.numel());
+    for (auto& child : children_) child.second->zero_grad();
   }
 
   void train(bool on = true) {

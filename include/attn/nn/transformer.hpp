@@ -91,7 +91,7 @@ class Transformer : public Module<T> {
   const Tensor<T>& encode(const Tensor<TokenId>& src) {
     ATTN_CHECK(src.rank() == 2 && src.size(0) > 0 && src.size(1) > 0, ShapeError,
                "Transformer::encode: expected non-empty source ids [B, S], got ", src.shape());
-    src_padding_ = KeyPaddingMask::from_tokens(src, config_.pad_id);
+    src_padding_.assign_tokens(src, config_.pad_id);
     const Tensor<T>& e = src_embed.forward(src);
     const Tensor<T>& x = src_pos_ ? src_pos_->forward(e) : src_pe_.forward(e);
     return encoder.forward(src_dropout.forward(x), src_padding_);
@@ -104,7 +104,7 @@ class Transformer : public Module<T> {
     ATTN_CHECK(memory.rank() == 3 && memory.size(0) == tgt_in.size(0), ShapeError,
                "Transformer::decode: expected memory [", tgt_in.size(0), ", S, ", config_.d_model,
                "] for ", tgt_in.size(0), " target rows, got ", memory.shape());
-    tgt_padding_ = KeyPaddingMask::from_tokens(tgt_in, config_.pad_id);
+    tgt_padding_.assign_tokens(tgt_in, config_.pad_id);
     const Tensor<T>& e = tgt_embed.forward(tgt_in);
     const Tensor<T>& y = tgt_pos_ ? tgt_pos_->forward(e) : tgt_pe_.forward(e);
     const Tensor<T>& h =

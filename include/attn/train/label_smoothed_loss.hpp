@@ -107,8 +107,7 @@ class LabelSmoothedCrossEntropy {
                "LabelSmoothedCrossEntropy: expected logits [..., V] of rank >= 2, got ",
                logits.shape());
     const Index V = logits.size(logits.rank() - 1);
-    const std::vector<Index> dims = logits.shape().to_vector();
-    const Shape expected(std::vector<Index>(dims.begin(), dims.end() - 1));
+    const Shape expected(logits.shape().begin(), logits.shape().end() - 1);
     ATTN_CHECK(targets.shape() == expected, ShapeError, "LabelSmoothedCrossEntropy: logits ",
                logits.shape(), " need targets of shape ", expected, ", got ", targets.shape());
     ATTN_CHECK(std::isfinite(grad_scale), NumericError,

@@ -1,0 +1,186 @@
+// "Nothing is allocated after the first step": a training step (zero_grad, forward, label-smoothed
+// loss, backward, Adam) of a model in training mode (dropout on) calls no allocator once the
+// buffers of the first steps exist, on 1 and on 2 threads, and neither does a batch of another
+// shape (fewer rows, longer targets) once the shapes have been seen: buffers only grow.
+//
+// This test binary counts every call of the C allocator (malloc, calloc, realloc, aligned_alloc,
+// posix_memalign, memalign): operator new, std::vector and attn's aligned Tensor storage all end
+// there. The counting replaces the C library's functions for this executable only.
+#include <malloc.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+
+#include "pch.hpp"
+
+// Under ASan or TSan the sanitizer owns the allocator (replacing it here would hand it blocks it
+// never made), and outside glibc there is no __libc_malloc to forward to: the tests skip there.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define ATTN_COUNTS_ALLOCATIONS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define ATTN_COUNTS_ALLOCATIONS 0
+#endif
+#endif
+#if !defined(ATTN_COUNTS_ALLOCATIONS)
+#if defined(__GLIBC__)
+#define ATTN_COUNTS_ALLOCATIONS 1
+#else
+#define ATTN_COUNTS_ALLOCATIONS 0
+#endif
+#endif
+
+namespace {
+std::atomic<bool> counting{false};
+std::atomic<long> allocations{0};
+[[maybe_unused]] inline void count() {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+#if ATTN_COUNTS_ALLOCATIONS
+extern "C" {
+void* __libc_malloc(size_t);
+void* __libc_calloc(size_t, size_t);
+void* __libc_realloc(void*, size_t);
+void* __libc_memalign(size_t, size_t);
+
+void* malloc(size_t n) {
+  count();
+  return __libc_malloc(n);
+}
+void* calloc(size_t n, size_t size) {
+  count();
+  return __libc_calloc(n, size);
+}
+void* realloc(void* p, size_t n) {
+  count();
+  return __libc_realloc(p, n);
+}
+void* memalign(size_t alignment, size_t n) {
+  count();
+  return __libc_memalign(alignment, n);
+}
+void* aligned_alloc(size_t alignment, size_t n) {
+  count();
+  return __libc_memalign(alignment, n);
+}
+int posix_memalign(void** out, size_t alignment, size_t n) {
+  count();
+  void* p = __libc_memalign(alignment, n);
+  if (p == nullptr && n != 0) return ENOMEM;
+  *out = p;
+  return 0;
+}
+}
+#endif
+
+namespace attn {
+namespace {
+
+/// The allocator calls `fn` makes.
+template <class Fn>
+long allocations_in(Fn&& fn) {
+  allocations = 0;
+  counting = true;
+  fn();
+  counting = false;
+  return allocations.load();
+}
+
+/// d_model 128, 2 + 2 layers, every dropout at 0.1: large enough that products, attention and
+/// the row kernels split over threads, small enough to take milliseconds.
+TransformerConfig config_with_dropout() {
+  TransformerConfig c = TransformerConfig::small(100);  // d_model 256, d_ff 1024, 3 + 3 layers
+  c.d_model = 128;
+  c.d_ff = 256;
+  c.encoder_layers = c.decoder_layers = 2;
+  c.dropout = 0.1;
+  c.attention_dropout = 0.1;
+  c.relu_dropout = 0.1;
+  return c;
+}
+
+struct TrainingStep {
+  TransformerConfig config = config_with_dropout();
+  Transformer<float> model{config};
+  Adam<float> adam{model.parameters()};
+  LabelSmoothedCrossEntropy<float> loss{0.1, config.pad_id};
+  Index step = 0;
+
+  TrainingStep() { model.train(); }
+  /// One update on a batch of [B, S] sources and [B, T] targets with some padding.
+  void run(const Tensor<TokenId>& src, const Tensor<TokenId>& tgt_in,
+           const Tensor<TokenId>& tgt_out) {
+    ++step;
+    adam.zero_grad();
+    const Tensor<float>& logits = model.forward(src, tgt_in);
+    loss.forward_backward(logits, tgt_out, 1.0 / 16, step);
+    model.backward(loss.dlogits());
+    adam.step(noam_lr(step, config.d_model, 10, 0.5));
+  }
+};
+
+/// A batch of `rows` sentences of `len` tokens (the last row shorter: padding).
+Tensor<TokenId> batch(Index rows, Index len, TokenId first) {
+  Tensor<TokenId> t({rows, len});
+  for (Index b = 0; b < rows; ++b)
+    for (Index i = 0; i < len; ++i)
+      t(b, i) =
+          b == rows - 1 && i >= len - 2 ? 0 : static_cast<TokenId>(4 + (first + 7 * b + i) % 90);
+  return t;
+}
+
+#define SKIP_UNLESS_COUNTING() \
+  if (!ATTN_COUNTS_ALLOCATIONS) GTEST_SKIP() << "allocations are not counted in this build"
+
+TEST(Allocation, ATrainingStepAllocatesNothingAfterTheFirstSteps) {
+  SKIP_UNLESS_COUNTING();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    TrainingStep s;
+    const auto src = batch(32, 24, 1), tgt_in = batch(32, 20, 2), tgt_out = batch(32, 20, 3);
+    for (int i = 0; i < 2; ++i) s.run(src, tgt_in, tgt_out);
+    EXPECT_EQ(allocations_in([&] { s.run(src, tgt_in, tgt_out); }), 0) << threads << " threads";
+    EXPECT_EQ(allocations_in([&] { s.run(src, tgt_in, tgt_out); }), 0) << threads << " threads";
+  }
+}
+
+TEST(Allocation, BatchesOfShapesSeenBeforeAllocateNothing) {
+  SKIP_UNLESS_COUNTING();
+  set_num_threads(2);
+  TrainingStep s;
+  const auto src = batch(32, 24, 1), tgt_in = batch(32, 20, 2), tgt_out = batch(32, 20, 3);
+  const auto src2 = batch(12, 17, 4), tgt_in2 = batch(12, 29, 5), tgt_out2 = batch(12, 29, 6);
+  for (int i = 0; i < 2; ++i) {
+    s.run(src, tgt_in, tgt_out);
+    s.run(src2, tgt_in2, tgt_out2);
+  }
+  EXPECT_EQ(allocations_in([&] { s.run(src2, tgt_in2, tgt_out2); }), 0);
+  EXPECT_EQ(allocations_in([&] { s.run(src, tgt_in, tgt_out); }), 0);
+}
+
+TEST(Allocation, ModuleZeroGradAllocatesNothingAndZeroesEveryGradient) {
+  SKIP_UNLESS_COUNTING();
+  set_num_threads(2);
+  TrainingStep s;
+  const auto src = batch(32, 24, 1), tgt_in = batch(32, 20, 2), tgt_out = batch(32, 20, 3);
+  s.run(src, tgt_in, tgt_out);
+  const Tensor<float>& logits = s.model.forward(src, tgt_in);
+  s.loss.forward_backward(logits, tgt_out, 1.0, s.step);
+  s.model.backward(s.loss.dlogits());
+  EXPECT_EQ(allocations_in([&] { s.model.zero_grad(); }), 0);
+  for (const auto& p : s.model.parameters())
+    for (float g : p.grad) ASSERT_EQ(g, 0.0f) << p.name;
+}
+
+/// The counter itself counts: without this the zeros above could mean nothing.
+TEST(Allocation, TheCounterSeesOperatorNewAndTensors) {
+  SKIP_UNLESS_COUNTING();
+  EXPECT_GE(allocations_in([] { ::operator delete(::operator new(16)); }), 1);
+  EXPECT_GE(allocations_in([] { Tensor<float> t({64, 64}); }), 1);
+}
+
+}  // namespace
+}  // namespace attn
