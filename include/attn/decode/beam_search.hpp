@@ -52,7 +52,7 @@ std::vector<std::vector<TokenId>> beam_search(Transformer<T>& model, const Tenso
 
   // First step: one row per sentence, over the memory [B, S, D] encoded once.
   const Tensor<T>& memory = model.encode(src);
-  DecoderCache<T> first = model.decoder.make_cache(B, max_len);
+  DecoderCache<T> first = model.make_decoder_cache(B, max_len);
   const Tensor<TokenId> bos = Tensor<TokenId>::full({B, 1}, opts.bos);
   if (beams.step(model.decode_step(bos, 0, memory, first).data(), /*live=*/1, 0))
     return beams.finish();
@@ -62,7 +62,7 @@ std::vector<std::vector<TokenId>> beam_search(Transformer<T>& model, const Tenso
   const Tensor<T> beam_memory = detail::repeat_rows(memory, W);  // [B*W, S, D]
   model.set_source_padding(
       KeyPaddingMask::from_tokens(detail::repeat_rows(src, W), model.config().pad_id));
-  DecoderCache<T> cache = model.decoder.make_cache(B * W, max_len);
+  DecoderCache<T> cache = model.make_decoder_cache(B * W, max_len);
   cache.gather(first, beams.origin());
   Tensor<TokenId> tokens = Tensor<TokenId>::full({B * W, 1}, opts.eos);
   for (Index t = 1; t < max_len; ++t) {

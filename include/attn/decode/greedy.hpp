@@ -23,7 +23,7 @@ std::vector<std::vector<TokenId>> greedy_decode(Transformer<T>& model, const Ten
   const Index max_len = *std::max_element(src_len.begin(), src_len.end()) + opts.max_extra_length;
 
   const Tensor<T>& memory = model.encode(src);
-  DecoderCache<T> cache = model.decoder.make_cache(B, std::max<Index>(max_len, 1));
+  DecoderCache<T> cache = model.make_decoder_cache(B, std::max<Index>(max_len, 1));
 
   std::vector<std::vector<TokenId>> out(static_cast<std::size_t>(B));
   std::vector<bool> done(static_cast<std::size_t>(B), false);

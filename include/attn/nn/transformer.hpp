@@ -176,6 +176,14 @@ class Transformer : public Module<T> {
         decoder.forward_step(tgt_dropout.forward(y), memory, src_padding_, cache));
   }
 
+  /// The key/value cache for decoding `batch` rows over at most `max_len` positions
+  /// (decoder.make_cache), with the target positional table grown to max_len too: its doublings
+  /// would otherwise allocate at steps 2, 4, 8 ... (tests/test_allocation.cpp).
+  DecoderCache<T> make_decoder_cache(Index batch, Index max_len) {
+    if (!tgt_pos_) tgt_pe_.table(max_len);
+    return decoder.make_cache(batch, max_len);
+  }
+
   /// The source padding mask of the last encode() ([B, S], real tokens attended).
   const KeyPaddingMask& source_padding() const { return src_padding_; }
   /// Replaces the source padding mask, for decoding over a memory whose rows were rearranged
