@@ -298,6 +298,9 @@ TEST_F(Gemm, AutomaticPathIsAvx512WhereTheCpuHasIt) {
   kernels::set_gemm_path(kernels::GemmPath::automatic);
   const char* env = std::getenv("ATTN_GEMM");
   const bool forced_eigen = env != nullptr && std::string(env) == "eigen";
+  // tests/CMakeLists.txt's guard reads this line of the eigen_gemm/ run.
+  std::cout << "gemm path: "
+            << (kernels::gemm_path() == kernels::GemmPath::eigen ? "eigen" : "avx512") << "\n";
   EXPECT_EQ(kernels::gemm_path(), kernels::detail::cpu_has_avx512() && !forced_eigen
                                       ? kernels::GemmPath::avx512
                                       : kernels::GemmPath::eigen);
