@@ -19,8 +19,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <type_traits>
-#include <vector>
 
 #include "attn/kernels/attention_common.hpp"
 #include "attn/kernels/detail/softmax_avx512.hpp"
@@ -43,15 +43,33 @@ inline constexpr Index kAttentionParallelMinWork = Index(1) << 16;
 
 namespace detail {
 
+/// A 64-byte aligned buffer that only grows. A row of a [rows, S] block then starts at the same
+/// alignment in every call of the same shape, so Eigen's vectorised row passes (which peel scalars
+/// up to an aligned address) sum in the same order whatever memory the allocator returned: with a
+/// std::vector's 16-byte alignment and Eigen's 32-byte AVX2 packets, two identical trainers in one
+/// process differed in the last bit of their losses.
+template <class T>
+class GrowingBuffer {
+ public:
+  void grow(Index n) {
+    if (storage_ == nullptr || storage_->capacity < n)
+      storage_ = std::make_unique<attn::detail::Storage<T>>(n);
+  }
+  T* data() { return storage_ == nullptr ? nullptr : storage_->data; }
+
+ private:
+  std::unique_ptr<attn::detail::Storage<T>> storage_;
+};
+
 /// Everything one thread reuses across the (b, h) pairs it computes: [rows, S] buffers with rows S
 /// apart, kept per thread from call to call and only ever grown, so that a training loop allocates
 /// them in its first step and never again.
 template <class T>
 struct AttentionScratch {
-  std::vector<T> p;    // [block, S] logits, then probabilities
-  std::vector<T> dp;   // [block, S] dO V^T, then dlogits (backward)
-  std::vector<T> pd;   // [block, S] dropped probabilities (backward with dropout)
-  std::vector<T> pad;  // [S] key padding bias of the current batch row: 0 or -infinity
+  GrowingBuffer<T> p;    // [block, S] logits, then probabilities
+  GrowingBuffer<T> dp;   // [block, S] dO V^T, then dlogits (backward)
+  GrowingBuffer<T> pd;   // [block, S] dropped probabilities (backward with dropout)
+  GrowingBuffer<T> pad;  // [S] key padding bias of the current batch row: 0 or -infinity
   Index S = 0;
   Index pad_batch = -1;
 
@@ -59,19 +77,14 @@ struct AttentionScratch {
   void prepare(Index rows, Index keys, bool backward, bool dropout) {
     S = keys;
     pad_batch = -1;
-    grow(p, rows * keys);
-    if (backward) grow(dp, rows * keys);
-    if (backward && dropout) grow(pd, rows * keys);
-    grow(pad, keys);
+    p.grow(rows * keys);
+    if (backward) dp.grow(rows * keys);
+    if (backward && dropout) pd.grow(rows * keys);
+    pad.grow(keys);
   }
   /// The first nt rows and ns columns of buffer `buf`.
-  StridedMap<T> block(std::vector<T>& buf, Index nt, Index ns) {
+  StridedMap<T> block(GrowingBuffer<T>& buf, Index nt, Index ns) {
     return StridedMap<T>(buf.data(), nt, ns, Eigen::OuterStride<>(S));
-  }
-
- private:
-  static void grow(std::vector<T>& buf, Index n) {
-    if (static_cast<Index>(buf.size()) < n) buf.resize(static_cast<std::size_t>(n));
   }
 };
 
@@ -89,7 +102,7 @@ const T* key_padding_bias(AttentionScratch<T>& scratch, const KeyPaddingMask& ma
   if (scratch.pad_batch != b) {
     const std::uint8_t* real = mask.row(b);
     for (Index s = 0; s < scratch.S; ++s)
-      scratch.pad[static_cast<std::size_t>(s)] =
+      scratch.pad.data()[s] =
           real[s] ? T(0) : -std::numeric_limits<T>::infinity();
     scratch.pad_batch = b;
   }
