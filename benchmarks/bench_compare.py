@@ -17,13 +17,14 @@ that each GFLOP/s is also a % of the peak measured minutes apart. Jobs:
           and the attention alone at the same shapes (bench_attention fast_fwd_bwd, Q, K and V
           the column blocks of one packed projection, vs PyTorch's math attention math_fwd_bwd)
   gemm    2048x512x512, 2048x512x2048, 2048x2048x512, 2048x512x8000 as A B, A^T B and A B^T
-          (bench_gemm vs torch.mm on OpenBLAS SkylakeX, benchmarks/torch_gemm.py)
+          (bench_gemm vs torch.mm on OpenBLAS, benchmarks/torch_gemm.py)
 Both sides warm up before timing and time --reps repetitions (train: one step each, after 2
 warm-up steps; decode: one decode each, after warm-up; mha and gemm: --min-time seconds each).
 Per round and side: median and best of the repetitions. Table: median over rounds of the
 per-round medians, best of the bests, and the speed-up attn/PyTorch (throughput) as the median
 of the per-round ratios with their range. Each PyTorch process runs in the peer's tuned512
-environment (../shared/bench/peers/peer_env.sh), attn's with OMP_NUM_THREADS unset.
+environment (../shared/bench/peers/peer_env.sh) on a CPU with AVX-512, else in its tuned one
+less the SkylakeX kernels (peer_mode); attn's with OMP_NUM_THREADS unset.
 """
 import argparse
 import datetime
@@ -248,9 +249,25 @@ def record_attn(case, data, peak):
                           peak=peak[case.threads] if case.threads in peak else None))
 
 
+def peer_mode():
+    """The peer's environment for this CPU: tuned512 where it has AVX-512; else the same without
+    its AVX-512 settings (peer_env.sh's tuned forces OpenBLAS's SkylakeX kernels, which an AVX2
+    CPU cannot run: OpenBLAS then picks its own, Haswell's on a Zen 3)."""
+    with open("/proc/cpuinfo") as f:
+        flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
+    return "tuned512" if "avx512f" in flags else "tuned-avx2"
+
+
+def peer_env_command(threads):
+    mode = peer_mode()
+    if mode == "tuned512":
+        return f"peer_env tuned512 {threads}"
+    return f"peer_env tuned {threads} && unset OPENBLAS_CORETYPE"
+
+
 def run_peer(args, peer_argv, threads, log):
     script = (f"source {shlex.quote(os.path.join(PEERS, 'peer_env.sh'))} && "
-              f"peer_env tuned512 {threads} && exec {PY} " + shlex.join(peer_argv))
+              f"{peer_env_command(threads)} && exec {PY} " + shlex.join(peer_argv))
     return run(["bash", "-c", script], dict(os.environ), log, args.timeout)
 
 
@@ -342,7 +359,7 @@ def report(args, cases, peaks, load):
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
                 if l.startswith("model name")), platform.processor())
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [f"attn against PyTorch {args.torch_version} (tuned512), interleaved: {date}, "
+    lines = [f"attn against PyTorch {args.torch_version} ({peer_mode()}), interleaved: {date}, "
              f"commit {commit}, {cpu}, {os.cpu_count()} cores, load average {load[0]:.1f} "
              f"at the start and {load[1]:.1f} at the end.",
              "",

@@ -26,7 +26,16 @@ $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch li
 peers=../shared/bench/peers
 # shellcheck source=/dev/null
 source "$peers/peer_env.sh"
+# tuned512 where the CPU has AVX-512; else tuned without its SkylakeX kernels, which an AVX2 CPU
+# cannot run (OpenBLAS then picks its own: Haswell's on a Zen 3).
+mode=tuned512
+grep -qw avx512f /proc/cpuinfo || mode=tuned-avx2
 for threads in 1 2; do
-  echo "## PyTorch, mode tuned512, threads=$threads"
-  ( peer_env tuned512 "$threads"; "$PY" benchmarks/torch_attention.py --threads "$threads" )
+  echo "## PyTorch, mode $mode, threads=$threads"
+  if [ "$mode" = tuned512 ]; then
+    ( peer_env tuned512 "$threads"; "$PY" benchmarks/torch_attention.py --threads "$threads" )
+  else
+    ( peer_env tuned "$threads"; unset OPENBLAS_CORETYPE
+      "$PY" benchmarks/torch_attention.py --threads "$threads" )
+  fi
 done
