@@ -45,18 +45,15 @@ RowMatrix<float> spread_columns(const RowMatrix<float>& m) {
   return wide;
 }
 
-// The paths this machine can run: Eigen always, AVX-512 where the CPU has it.
+// The paths this machine can run: Eigen always, each of attn's kernels where the CPU has it.
 std::vector<kernels::GemmPath> available_paths() {
-  std::vector<kernels::GemmPath> paths{kernels::GemmPath::eigen};
-#if defined(ATTN_HAVE_AVX512_GEMM)
-  if (kernels::detail::cpu_has_avx512()) paths.push_back(kernels::GemmPath::avx512);
-#endif
+  std::vector<kernels::GemmPath> paths;
+  for (auto p : {kernels::GemmPath::eigen, kernels::GemmPath::avx512, kernels::GemmPath::avx2})
+    if (kernels::gemm_path_available(p)) paths.push_back(p);
   return paths;
 }
 
-const char* name_of(kernels::GemmPath p) {
-  return p == kernels::GemmPath::avx512 ? "avx512" : "eigen";
-}
+const char* name_of(kernels::GemmPath p) { return kernels::gemm_path_name(p); }
 
 class Gemm : public ::testing::Test {
  protected:
@@ -65,6 +62,31 @@ class Gemm : public ::testing::Test {
     kernels::set_gemm_path(kernels::GemmPath::automatic);
   }
 };
+
+#if defined(ATTN_HAVE_AVX512_GEMM)
+// The tests of attn's own GEMM below run once per kernel (OwnGemm/0 AVX-512, OwnGemm/1 AVX2), each
+// skipped where the CPU cannot run it.
+template <class Isa>
+bool cpu_runs() {
+  return std::is_same_v<Isa, kernels::detail::Avx512Isa> ? kernels::detail::cpu_has_avx512()
+                                                         : kernels::detail::cpu_has_avx2_fma();
+}
+template <class Isa>
+class OwnGemm : public Gemm {
+ protected:
+  void SetUp() override {
+    if (!cpu_runs<Isa>()) GTEST_SKIP() << "this CPU cannot run the " << Isa::kName << " kernel";
+  }
+};
+struct KernelName {
+  template <class Isa>
+  static std::string GetName(int) {
+    return Isa::kName;
+  }
+};
+using OwnKernels = ::testing::Types<kernels::detail::Avx512Isa, kernels::detail::Avx2Isa>;
+TYPED_TEST_SUITE(OwnGemm, OwnKernels, KernelName);
+#endif
 
 // Sizes big enough to split over threads, with ragged row and column counts and depths that are
 // not multiples of the kernel's 256-deep blocks.
@@ -100,8 +122,7 @@ TEST_F(Gemm, MatchesTheDefinitionAndIsBitwiseEqualOnOneAndTwoThreadsOnEveryPath)
 // the 12 x 32 register tile and of the 256-deep blocks, the three operand layouts of a Linear
 // (x W^T, dy W, dy^T x: A read in place by rows or by columns) and a strided A that is packed,
 // accumulation, and the bias + ReLU epilogue.
-TEST_F(Gemm, PackedKernelMatchesTheDefinitionOnOddShapesAndEveryLayout) {
-  if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+TYPED_TEST(OwnGemm, PackedKernelMatchesTheDefinitionOnOddShapesAndEveryLayout) {
   using kernels::detail::StridedMatrix;
   const std::vector<Index> sizes{1, 7, 47, 49, 1000};
   for (Index M : sizes)
@@ -131,8 +152,8 @@ TEST_F(Gemm, PackedKernelMatchesTheDefinitionOnOddShapesAndEveryLayout) {
                                               << " layout=" << layout << " acc=" << accumulate);
             RowMatrix<float> c = start;
             const bool relu = accumulate;  // the epilogue both on and off
-            kernels::detail::gemm_packed(av, bv, {c.data(), M, N, N, 1}, accumulate,
-                                         {bias.data(), relu}, 2);
+            kernels::detail::gemm_packed<TypeParam>(av, bv, {c.data(), M, N, N, 1}, accumulate,
+                                                    {bias.data(), relu}, 2);
             RowMatrix<double> expected = reference_product(a_used, b_used);
             if (accumulate) expected += start.cast<double>();
             for (Index i = 0; i < M; ++i)
@@ -149,11 +170,9 @@ TEST_F(Gemm, PackedKernelMatchesTheDefinitionOnOddShapesAndEveryLayout) {
 
 // The tasks a product is cut into: column blocks of at most kNC columns outermost, and, for few
 // rows, enough column blocks that every thread has work. Every element of C is in exactly one task.
-TEST_F(Gemm, TasksCoverEveryElementOnceAndGiveEveryThreadWork) {
-  if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
-  using kernels::detail::GemmTasks;
-  using kernels::detail::kNC;
-  using kernels::detail::kNR;
+TYPED_TEST(OwnGemm, TasksCoverEveryElementOnceAndGiveEveryThreadWork) {
+  using GemmTasks = kernels::detail::GemmTasks<TypeParam>;
+  constexpr Index kNC = TypeParam::kNC, kNR = TypeParam::kNR;
   for (const auto& [M, N] : std::vector<std::pair<Index, Index>>{{1, 1},
                                                                  {16, 512},
                                                                  {32, 1536},
@@ -189,13 +208,12 @@ TEST_F(Gemm, TasksCoverEveryElementOnceAndGiveEveryThreadWork) {
 
 // Products of few rows on two threads, whose tasks pack their own panels of B (a weight gradient
 // dy^T x, x W^T, dy W), with accumulation and the bias + ReLU epilogue: the bits of one thread.
-TEST_F(Gemm, FewRowProductsWithOwnPanelsHaveTheBitsOfOneThread) {
-  if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+TYPED_TEST(OwnGemm, FewRowProductsWithOwnPanelsHaveTheBitsOfOneThread) {
   using kernels::detail::StridedMatrix;
   const Index K = 600;
   for (Index M : {Index(16), Index(256), Index(512)})
     for (Index N : {Index(100), Index(1000)}) {
-      ASSERT_GT(kernels::detail::GemmTasks(M, N, K, 2).own_panels, 0);
+      ASSERT_GT(kernels::detail::GemmTasks<TypeParam>(M, N, K, 2).own_panels, 0);
       const auto a = random_matrix<float>(M, K, 61), at = random_matrix<float>(K, M, 62);
       const auto b = random_matrix<float>(K, N, 63), bt = random_matrix<float>(N, K, 64);
       const auto bias = random_matrix<float>(1, N, 65), start = random_matrix<float>(M, N, 66);
@@ -208,10 +226,10 @@ TEST_F(Gemm, FewRowProductsWithOwnPanelsHaveTheBitsOfOneThread) {
             layout == 2 ? StridedMatrix<const float>{bt.data(), K, N, 1, K}
                         : StridedMatrix<const float>{b.data(), K, N, N, 1};
         RowMatrix<float> one = start, two = start;
-        kernels::detail::gemm_packed(av, bv, {one.data(), M, N, N, 1}, true, {bias.data(), true},
-                                     1);
-        kernels::detail::gemm_packed(av, bv, {two.data(), M, N, N, 1}, true, {bias.data(), true},
-                                     2);
+        kernels::detail::gemm_packed<TypeParam>(av, bv, {one.data(), M, N, N, 1}, true,
+                                                {bias.data(), true}, 1);
+        kernels::detail::gemm_packed<TypeParam>(av, bv, {two.data(), M, N, N, 1}, true,
+                                                {bias.data(), true}, 2);
         EXPECT_TRUE((one.array() == two.array()).all());
         EXPECT_GT((one.array() > 0).count(), M * N / 4);
       }
@@ -250,9 +268,10 @@ TEST_F(Gemm, FewRowProductsMatchTheDefinitionAndAreBitwiseEqualOnOneAndTwoThread
 // that later products reuse: the same bits as without the scope, one copy per distinct weight view,
 // none for a weight met once, all freed at the end of the outermost scope; products not marked
 // constant are never cached.
-TEST_F(Gemm, ConstantWeightsArePackedOncePerScopeWithTheSameResults) {
-  if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
-  kernels::set_gemm_path(kernels::GemmPath::avx512);
+TYPED_TEST(OwnGemm, ConstantWeightsArePackedOncePerScopeWithTheSameResults) {
+  kernels::set_gemm_path(std::is_same_v<TypeParam, kernels::detail::Avx512Isa>
+                             ? kernels::GemmPath::avx512
+                             : kernels::GemmPath::avx2);
   set_num_threads(2);
   const Index M = 40, K = 300, N = 257;
   const auto x = random_matrix<float>(M, K, 21), w = random_matrix<float>(N, K, 22);
@@ -294,16 +313,46 @@ TEST_F(Gemm, ConstantWeightsArePackedOncePerScopeWithTheSameResults) {
   EXPECT_TRUE((top.array() == plain.topRows(M / 2).array()).all());
 }
 
-TEST_F(Gemm, AutomaticPathIsAvx512WhereTheCpuHasIt) {
+TEST_F(Gemm, AutomaticPathIsTheWidestKernelTheCpuHas) {
   kernels::set_gemm_path(kernels::GemmPath::automatic);
   const char* env = std::getenv("ATTN_GEMM");
   const bool forced_eigen = env != nullptr && std::string(env) == "eigen";
   // tests/CMakeLists.txt's guard reads this line of the eigen_gemm/ run.
-  std::cout << "gemm path: "
-            << (kernels::gemm_path() == kernels::GemmPath::eigen ? "eigen" : "avx512") << "\n";
-  EXPECT_EQ(kernels::gemm_path(), kernels::detail::cpu_has_avx512() && !forced_eigen
-                                      ? kernels::GemmPath::avx512
-                                      : kernels::GemmPath::eigen);
+  std::cout << "gemm path: " << kernels::gemm_path_name(kernels::gemm_path()) << "\n";
+  const kernels::GemmPath expected = forced_eigen                        ? kernels::GemmPath::eigen
+                                     : kernels::detail::cpu_has_avx512() ? kernels::GemmPath::avx512
+                                     : kernels::detail::cpu_has_avx2_fma()
+                                         ? kernels::GemmPath::avx2
+                                         : kernels::GemmPath::eigen;
+  EXPECT_EQ(kernels::gemm_path(), expected);
+  if (!kernels::detail::cpu_has_avx512())
+    EXPECT_THROW(kernels::set_gemm_path(kernels::GemmPath::avx512), ConfigError);
+}
+
+// Both kernels sum every element in the same order, so where the CPU runs both they give the same
+// bits: with accumulation, every epilogue, and C wider than a kernel's column block.
+TEST_F(Gemm, Avx512AndAvx2KernelsGiveTheSameBits) {
+  if (!kernels::detail::cpu_has_avx512() || !kernels::detail::cpu_has_avx2_fma())
+    GTEST_SKIP() << "this CPU cannot run both kernels";
+  using kernels::detail::StridedMatrix;
+  const Index M = 301, K = 600, N = 1100;
+  const auto a = random_matrix<float>(M, K, 81), b = random_matrix<float>(K, N, 82);
+  const auto bias = random_matrix<float>(1, N, 83), start = random_matrix<float>(M, N, 84);
+  const auto gate = random_matrix<float>(M, N, 85);
+  const StridedMatrix<const float> av{a.data(), M, K, K, 1}, bv{b.data(), K, N, N, 1};
+  for (int epilogue = 0; epilogue < 3; ++epilogue)
+    for (bool accumulate : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "epilogue=" << epilogue << " acc=" << accumulate);
+      kernels::detail::GemmEpilogue epi;
+      if (epilogue == 1) epi = {bias.data(), true, 0.25, 91};
+      if (epilogue == 2) epi = {nullptr, false, 0, 0, gate.data(), N, 1.5f};
+      RowMatrix<float> wide = start, narrow = start;
+      kernels::detail::gemm_packed<kernels::detail::Avx512Isa>(av, bv, {wide.data(), M, N, N, 1},
+                                                               accumulate, epi, 2);
+      kernels::detail::gemm_packed<kernels::detail::Avx2Isa>(av, bv, {narrow.data(), M, N, N, 1},
+                                                             accumulate, epi, 2);
+      EXPECT_TRUE((wide.array() == narrow.array()).all());
+    }
 }
 #endif
 
@@ -406,8 +455,7 @@ TEST_F(Gemm, GateInTheEpilogueIsTheDropoutAndReluBackward) {
 // computed block by block in a copy and then stored: the same bits as C whose rows are not, with
 // accumulation and every epilogue, on 1 and 2 threads; the columns of the wider matrix beyond C
 // are left as they were.
-TEST_F(Gemm, CWithRowsFourKibApartIsComputedInACopyWithTheSameBits) {
-  if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+TYPED_TEST(OwnGemm, CWithRowsFourKibApartIsComputedInACopyWithTheSameBits) {
   using kernels::detail::StridedMatrix;
   const Index K = 600, stride = 1024;
   const float sentinel = -12345.0f;
@@ -437,10 +485,10 @@ TEST_F(Gemm, CWithRowsFourKibApartIsComputedInACopyWithTheSameBits) {
             aliased.leftCols(N) = start;
             apart.leftCols(N) = start;
             const StridedMatrix<const float> av{a.data(), M, K, K, 1}, bv{b.data(), K, N, N, 1};
-            kernels::detail::gemm_packed(av, bv, {aliased.data(), M, N, stride, 1}, accumulate, epi,
-                                         threads);
-            kernels::detail::gemm_packed(av, bv, {apart.data(), M, N, N + 16, 1}, accumulate, epi,
-                                         threads);
+            kernels::detail::gemm_packed<TypeParam>(av, bv, {aliased.data(), M, N, stride, 1},
+                                                    accumulate, epi, threads);
+            kernels::detail::gemm_packed<TypeParam>(av, bv, {apart.data(), M, N, N + 16, 1},
+                                                    accumulate, epi, threads);
             EXPECT_TRUE((aliased.leftCols(N).array() == apart.leftCols(N).array()).all());
             EXPECT_TRUE((aliased.rightCols(stride - N).array() == sentinel).all());
             if (epilogue == 0) {
@@ -457,8 +505,7 @@ TEST_F(Gemm, CWithRowsFourKibApartIsComputedInACopyWithTheSameBits) {
 // of depth K (depth_block). The block depth must not change a bit: the product equals the first
 // 256 steps of k followed by the rest accumulated onto them, in all three operand layouts, on one
 // and two threads, with the bias + ReLU epilogue on the finished sums.
-TEST_F(Gemm, WideProductsInOneDeepBlockHaveTheBitsOfTwoBlocks) {
-  if (!kernels::detail::cpu_has_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+TYPED_TEST(OwnGemm, WideProductsInOneDeepBlockHaveTheBitsOfTwoBlocks) {
   using kernels::detail::kKC;
   using kernels::detail::StridedMatrix;
   const Index M = 100;
@@ -484,12 +531,12 @@ TEST_F(Gemm, WideProductsInOneDeepBlockHaveTheBitsOfTwoBlocks) {
           };
           const kernels::detail::GemmEpilogue relu{bias.data(), true};
           RowMatrix<float> whole(M, N), split(M, N);
-          kernels::detail::gemm_packed(av(0, K), bv(0, K), {whole.data(), M, N, N, 1}, false, relu,
-                                       threads);
-          kernels::detail::gemm_packed(av(0, kKC), bv(0, kKC), {split.data(), M, N, N, 1}, false,
-                                       {}, threads);
-          kernels::detail::gemm_packed(av(kKC, K - kKC), bv(kKC, K - kKC),
-                                       {split.data(), M, N, N, 1}, true, relu, threads);
+          kernels::detail::gemm_packed<TypeParam>(av(0, K), bv(0, K), {whole.data(), M, N, N, 1},
+                                                  false, relu, threads);
+          kernels::detail::gemm_packed<TypeParam>(av(0, kKC), bv(0, kKC),
+                                                  {split.data(), M, N, N, 1}, false, {}, threads);
+          kernels::detail::gemm_packed<TypeParam>(av(kKC, K - kKC), bv(kKC, K - kKC),
+                                                  {split.data(), M, N, N, 1}, true, relu, threads);
           EXPECT_TRUE((whole.array() == split.array()).all());
         }
     }

@@ -1,10 +1,11 @@
 // Matrix products: c (=, or +=) a b, the one entry point every Linear, projection and gradient
-// runs through. Two paths, chosen per product:
-//   - attn's own AVX-512 GEMM (detail/gemm_packed.hpp), for float operands laid out in memory, on
-//     a CPU that has AVX-512 (checked at run time, so no -march flag is needed);
+// runs through. Three paths, chosen per product:
+//   - attn's own GEMM (detail/gemm_packed.hpp), for float operands laid out in memory: its
+//     AVX-512 kernel on a CPU that has AVX-512, else its AVX2 kernel on a CPU with AVX2 and FMA
+//     (checked at run time, so no -march flag is needed). Both give the same bits;
 //   - Eigen's GEMM, split over threads by rows (the portable fallback, and the path for double,
-//     for evaluated expressions and where the CPU has no AVX-512).
-// ATTN_GEMM=eigen in the environment, or set_gemm_path(GemmPath::eigen), forces the fallback.
+//     for evaluated expressions and where the CPU has neither).
+// ATTN_GEMM=eigen (or avx2) in the environment, or set_gemm_path, forces a path.
 //
 // Why not Eigen's own threaded GEMM: its threads share packed blocks and wait for each other in
 // busy loops, so on a shared machine a descheduled thread stalls the other for a whole time slice
@@ -53,50 +54,71 @@ inline constexpr Index kGemmPackedMinRows = 16;
 inline constexpr double kGemmSmallParallelMinWork = 1 << 18;
 
 /// Which implementation float products use.
-enum class GemmPath { automatic, avx512, eigen };
+enum class GemmPath { automatic, avx512, avx2, eigen };
 
 namespace detail {
 inline std::atomic<GemmPath>& gemm_path_setting() {
   static std::atomic<GemmPath> path{GemmPath::automatic};
   return path;
 }
-/// ATTN_GEMM=eigen (or avx512) in the environment, read once.
+/// ATTN_GEMM=eigen or avx2 in the environment, read once (avx2 only where the CPU has it).
 inline GemmPath gemm_path_from_env() {
   static const GemmPath path = [] {
     const char* v = std::getenv("ATTN_GEMM");
     if (v != nullptr && std::strcmp(v, "eigen") == 0) return GemmPath::eigen;
+#if defined(ATTN_HAVE_AVX512_GEMM)
+    if (v != nullptr && std::strcmp(v, "avx2") == 0 && cpu_has_avx2_fma()) return GemmPath::avx2;
+#endif
     return GemmPath::automatic;
   }();
   return path;
 }
 }  // namespace detail
 
-/// Forces a path for float products (automatic: AVX-512 when the CPU has it, unless
-/// ATTN_GEMM=eigen). Throws ConfigError for avx512 on a CPU or compiler without it.
-inline void set_gemm_path(GemmPath path) {
+/// Whether this CPU and build can run `path`'s kernels (automatic and eigen: always).
+inline bool gemm_path_available(GemmPath path) {
 #if defined(ATTN_HAVE_AVX512_GEMM)
-  const bool avx512 = detail::cpu_has_avx512();
+  if (path == GemmPath::avx512) return detail::cpu_has_avx512();
+  if (path == GemmPath::avx2) return detail::cpu_has_avx2_fma();
 #else
-  const bool avx512 = false;
+  if (path == GemmPath::avx512 || path == GemmPath::avx2) return false;
 #endif
-  ATTN_CHECK(path != GemmPath::avx512 || avx512, ConfigError,
-             "set_gemm_path: the AVX-512 GEMM was asked for, but this CPU or build has no AVX-512");
+  return true;
+}
+
+/// The name of a path: "automatic", "avx512", "avx2" or "eigen".
+inline const char* gemm_path_name(GemmPath path) {
+  switch (path) {
+    case GemmPath::avx512:
+      return "avx512";
+    case GemmPath::avx2:
+      return "avx2";
+    case GemmPath::eigen:
+      return "eigen";
+    default:
+      return "automatic";
+  }
+}
+
+/// Forces a path for float products (automatic: AVX-512 when the CPU has it, else AVX2 when it
+/// has AVX2 and FMA, else Eigen; ATTN_GEMM=eigen or avx2 changes the automatic choice). Throws
+/// ConfigError for a kernel this CPU or build cannot run.
+inline void set_gemm_path(GemmPath path) {
+  ATTN_CHECK(gemm_path_available(path), ConfigError, "set_gemm_path: the ", gemm_path_name(path),
+             " GEMM was asked for, but this CPU or build cannot run it");
   detail::gemm_path_setting() = path;
 }
 
-/// The path float products take now: avx512 or eigen.
+/// The path float products take now: avx512, avx2 or eigen.
 inline GemmPath gemm_path() {
   GemmPath path = detail::gemm_path_setting().load();
   if (path == GemmPath::automatic) path = detail::gemm_path_from_env();
   if (path != GemmPath::automatic) return path;
-#if defined(ATTN_HAVE_AVX512_GEMM)
-  return detail::cpu_has_avx512() ? GemmPath::avx512 : GemmPath::eigen;
-#else
-  return GemmPath::eigen;
-#endif
+  if (gemm_path_available(GemmPath::avx512)) return GemmPath::avx512;
+  return gemm_path_available(GemmPath::avx2) ? GemmPath::avx2 : GemmPath::eigen;
 }
 
-/// What the AVX-512 path applies as C is stored (the Eigen path applies it after the product).
+/// What attn's own GEMM applies as C is stored (the Eigen path applies it after the product).
 template <class T>
 struct Epilogue {
   const T* bias = nullptr;  // [N] added to every row of c, or null
@@ -183,14 +205,15 @@ void add_row_sums_eigen(T* sums, const Lhs& a) {
   for (Index k = 0; k < a.cols(); ++k) s += a.col(k).array();
 }
 
-/// Runs the product on the AVX-512 path if it applies (float, operands in memory, c with
-/// contiguous rows); false when the caller must take the Eigen path.
+/// Runs the product on attn's own GEMM if it applies (float, operands in memory, c with
+/// contiguous rows, a CPU with one of its kernels); false when the caller must take the Eigen path.
 template <class Dst, class Lhs, class Rhs, class T>
-bool try_gemm_avx512(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T>& epi,
-                     bool constant_b) {
+bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T>& epi,
+                  bool constant_b) {
 #if defined(ATTN_HAVE_AVX512_GEMM)
   if constexpr (std::is_same_v<T, float>) {
-    if (gemm_path() != GemmPath::avx512) return false;
+    const GemmPath path = gemm_path();
+    if (path != GemmPath::avx512 && path != GemmPath::avx2) return false;
     auto cv = strided_view(c);
     const auto av = strided_view(a);
     const auto bv = strided_view(b);
@@ -203,6 +226,11 @@ bool try_gemm_avx512(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const 
                         static_cast<double>(a.cols());
     const GemmEpilogue fused{epi.bias, epi.relu,        epi.dropout,    epi.dropout_key,
                              epi.gate, epi.gate_stride, epi.gate_scale, epi.row_sums_of_a};
+    const int threads = work >= kGemmParallelMinWork ? num_threads() : 1;
+    if (path == GemmPath::avx2) {  // few rows too: decoding packs each weight once (weight cache)
+      gemm_packed<Avx2Isa>(ac, bc, *cv, accumulate, fused, threads, constant_b);
+      return true;
+    }
     if (c.rows() < kGemmPackedMinRows) {
       if (!gemm_small_rows(ac, bc, *cv, accumulate, fused,
                            work >= kGemmSmallParallelMinWork ? num_threads() : 1))
@@ -211,11 +239,10 @@ bool try_gemm_avx512(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const 
         dropout_rows(cv->data, cv->rows, cv->cols, cv->row_stride, 0, epi.dropout, epi.dropout_key);
       apply_gate(*cv, fused);
       if (fused.row_sums_of_a != nullptr)
-        add_row_sums(ac, 0, ac.rows, 0, ac.cols, fused.row_sums_of_a);
+        avx512::add_row_sums(ac, 0, ac.rows, 0, ac.cols, fused.row_sums_of_a);
       return true;
     }
-    gemm_packed(ac, bc, *cv, accumulate, fused, work >= kGemmParallelMinWork ? num_threads() : 1,
-                constant_b);
+    gemm_packed<Avx512Isa>(ac, bc, *cv, accumulate, fused, threads, constant_b);
     return true;
   }
 #endif
@@ -253,7 +280,7 @@ void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T
           bool constant_b = false) {
   ATTN_ASSERT(a.rows() == c.rows() && b.cols() == c.cols() && a.cols() == b.rows());
   ATTN_ASSERT(epi.gate == nullptr || (epi.bias == nullptr && !epi.relu && epi.dropout == 0));
-  if (detail::try_gemm_avx512(c, a, b, accumulate, epi, constant_b)) return;
+  if (detail::try_gemm_own(c, a, b, accumulate, epi, constant_b)) return;
   detail::gemm_eigen(c, a, b, accumulate);
   if (epi.bias != nullptr || epi.relu || epi.dropout > 0 || epi.gate != nullptr)
     detail::apply_epilogue(c, epi);

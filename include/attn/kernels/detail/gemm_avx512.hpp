@@ -1,4 +1,6 @@
-// attn's own fp32 GEMM for AVX-512: C (=, +=) A B, C row-major, A and B of any strides.
+// attn's own fp32 GEMM for AVX-512: C (=, +=) A B, C row-major, A and B of any strides. What
+// every kernel shares (epilogue, A layouts, block depth, the loop of tiles) is in gemm_tile.hpp;
+// the AVX2 kernel (gemm_avx2.hpp) has the same structure with a 6 x 16 tile.
 //
 // The Goto/BLIS scheme, written for the products of a Transformer step ([B*L, D] x [D, 3D],
 // [D, F], [F, D], [D, V] and their transposes in backward):
@@ -31,52 +33,16 @@
 #include <cstdint>
 #include <cstring>
 
-#include "attn/kernels/detail/gemm_operand.hpp"
+#include "attn/kernels/detail/gemm_tile.hpp"
 
 namespace attn::kernels::detail {
 
-inline constexpr int kMR = 12;         // rows of the register tile
-inline constexpr int kNR = 32;         // columns of the register tile: two zmm vectors
-inline constexpr Index kKC = 256;      // depth of a packed block (but see depth_block)
-inline constexpr Index kMC = 96;       // rows of A per thread's block (8 panels, 96 KiB packed: L2)
-inline constexpr Index kNC = 1024;     // columns of C per task at most (B block kKC x kNC: 1 MiB)
-inline constexpr Index kWideN = 4096;  // C at least this wide: see depth_block
+namespace avx512 {
 
-/// The depth of the packed blocks of a product of depth K and width N: kKC, or all of K when
-/// kKC < K <= 2 kKC and C is at least kWideN columns wide (the projection onto the vocabulary
-/// and its gradients). Each block after the first reads C back, and a C that wide is far larger
-/// than the caches: at 2048 x 512 x 8000 one 512-deep block instead of two took 43.1-43.9 instead
-/// of 44.4-45.1 ms (A B, A B^T) and 44.7-45.6 instead of 47.2-47.5 (A^T B) on 2 threads, while at
-/// 2048 x 512 x 2048 it lost 3-4%. The block depth never changes a result: each element's FMA
-/// chain runs on through C from one block to the next, whatever the blocks.
-inline Index depth_block(Index K, Index N) {
-  return K > kKC && K <= 2 * kKC && N >= kWideN ? K : kKC;
-}
-
-/// What is applied to each element of C after its last block, while the tile is in registers.
-struct GemmEpilogue {
-  const float* bias = nullptr;     // [N] added to every row, or null
-  bool relu = false;               // max(0, .) after the bias
-  double dropout = 0;              // then dropout with this probability (kernels/dropout.hpp) ...
-  std::uint64_t dropout_key = 0;   // ... and key, element (i, j) being element i N + j
-  const float* gate = nullptr;     // [M, N], row stride gate_stride, or null: last, c(i, j) =
-  Index gate_stride = 0;           // gate(i, j) > 0 ? c(i, j) gate_scale : 0 (the backward of a
-  float gate_scale = 1;            // ReLU and a dropout, from their output)
-  float* row_sums_of_a = nullptr;  // [M] += each row of A summed (Epilogue in kernels/gemm.hpp)
-};
-
-/// How the micro-kernel reads its kMR rows of A over the kc steps of k: element (i, k) of the
-/// panel is at data[i * row_step + k * k_step].
-///   packed:  pack_a's panel, row_step 1, k_step kMR;
-///   columns: A's columns contiguous (A = dy^T in a weight gradient), read in place: row_step 1;
-///   rows:    A's rows contiguous (A = x, dy), read in place: k_step 1.
-/// Reading A in place spares packing it, which costs as much as 8% of a step whose products are
-/// only 256 deep; A's rows of one block (96 x 256 floats) stay in L2 either way.
-enum class ALayout { packed, columns, rows };
-struct APanel {
-  const float* data;
-  Index row_step, k_step;
-};
+inline constexpr int kMR = 12;      // rows of the register tile
+inline constexpr int kNR = 32;      // columns of the register tile: two zmm vectors
+inline constexpr Index kMC = 96;    // rows of A per thread's block (8 panels, 96 KiB packed: L2)
+inline constexpr Index kNC = 1024;  // columns of C per task at most (B block kKC x kNC: 1 MiB)
 
 /// c[MR, nc] (nc <= kNR, row stride ldc) = (from_zero ? 0 : c) + a_panel b_panel over kc steps,
 /// then the epilogue when `last`. a: MR rows as `L` says, b: kc x kNR (k-major, zero beyond nc).
@@ -298,6 +264,46 @@ ATTN_TARGET_AVX512 inline void pack_b_panels(const StridedMatrix<const float>& b
     }
   }
 }
+
+}  // namespace avx512
+
+/// The AVX-512 kernel as gemm_packed.hpp's driver takes it.
+struct Avx512Isa {
+  static constexpr int kMR = avx512::kMR, kNR = avx512::kNR;
+  static constexpr Index kMC = avx512::kMC, kNC = avx512::kNC;
+  static constexpr const char* kName = "avx512";
+
+  template <ALayout L>
+  ATTN_TARGET_AVX512 static void tile(int rows, Index kc, const APanel& a, const float* b, float* c,
+                                      Index ldc, Index nc, bool from_zero, bool last,
+                                      const GemmEpilogue& epi, Index row0, Index col0) {
+    avx512::micro_tile_rows<L>(rows, kc, a, b, c, ldc, nc, from_zero, last, epi, row0, col0);
+  }
+  template <ALayout L>
+  ATTN_TARGET_AVX512 static void block_depth(const StridedMatrix<const float>& a,
+                                             const PackedB<kNR>& b, const CTarget<kNR>& c, Index N,
+                                             const CBlock& blk, Index k0, Index kc, bool from_zero,
+                                             bool last, const GemmEpilogue& epi,
+                                             const float* packed_a) {
+    tiles_of_depth_block<Avx512Isa, L>(a, b, c, N, blk, k0, kc, from_zero, last, epi, packed_a);
+  }
+  static void pack_a(const StridedMatrix<const float>& a, Index i0, Index mc, Index k0, Index kc,
+                     float* dst) {
+    avx512::pack_a(a, i0, mc, k0, kc, dst);
+  }
+  static void add_row_sums(const StridedMatrix<const float>& a, Index i0, Index rows, Index k0,
+                           Index kc, float* sums) {
+    avx512::add_row_sums(a, i0, rows, k0, kc, sums);
+  }
+  static void pack_b_panel(const StridedMatrix<const float>& b, Index k0, Index kc, Index q,
+                           float* dst) {
+    avx512::pack_b_panel(b, k0, kc, q, dst);
+  }
+  static void pack_b_panels(const StridedMatrix<const float>& b, Index k0, Index kc, Index q0,
+                            Index q1, float* first) {
+    avx512::pack_b_panels(b, k0, kc, q0, q1, first);
+  }
+};
 
 }  // namespace attn::kernels::detail
 

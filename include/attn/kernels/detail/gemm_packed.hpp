@@ -1,7 +1,9 @@
-// The blocking and threading around the AVX-512 micro-kernel (gemm_avx512.hpp): B packed once and
-// shared, A packed per thread, blocks of rows handed out as threads come free.
+// The blocking and threading around a micro-kernel (Isa: gemm_avx512.hpp's or gemm_avx2.hpp's):
+// B packed once and shared, A read in place (or packed per thread), blocks of rows handed out as
+// threads come free.
 #pragma once
 
+#include "attn/kernels/detail/gemm_avx2.hpp"
 #include "attn/kernels/detail/gemm_avx512.hpp"
 #include "attn/kernels/detail/gemm_weight_cache.hpp"
 #include "attn/kernels/dropout.hpp"
@@ -42,92 +44,26 @@ inline float* pack_buffer(PackSlot slot, Index floats) {
 /// row.
 inline constexpr Index kPackPanels = 4;
 
-/// The packed form of panels [q_base, q_base + panels) of B: `depth`-deep blocks (depth_block),
-/// each `panels` panels of kc x kNR.
-struct PackedB {
-  const float* data;
-  Index panels;
-  Index depth;
-  Index q_base = 0;
-  const float* panel(Index k0, Index kc, Index q) const {
-    return data + k0 * panels * kNR + (q - q_base) * kc * kNR;
-  }
-};
-
 /// Packs the panels [q0, q1) of B's kc-deep block at row k0 into `packed` (whose panels they must
 /// be): B with contiguous rows kPackPanels panels at a time, row by row (pack_b_panels), other
 /// layouts a panel at a time.
-ATTN_TARGET_AVX512 inline void pack_b_block(const StridedMatrix<const float>& b, Index k0, Index kc,
-                                            Index q0, Index q1, const PackedB& packed) {
+template <class Isa>
+void pack_b_block(const StridedMatrix<const float>& b, Index k0, Index kc, Index q0, Index q1,
+                  const PackedB<Isa::kNR>& packed) {
   const bool by_rows = b.col_stride == 1;
   for (Index q = q0; q < q1; q += by_rows ? kPackPanels : 1) {
     float* first = const_cast<float*>(packed.panel(k0, kc, q));
     if (by_rows)
-      pack_b_panels(b, k0, kc, q, std::min(q + kPackPanels, q1), first);
+      Isa::pack_b_panels(b, k0, kc, q, std::min(q + kPackPanels, q1), first);
     else
-      pack_b_panel(b, k0, kc, q, first);
+      Isa::pack_b_panel(b, k0, kc, q, first);
   }
 }
-
-/// The block of C a task computes: rows [i0, i0 + mc), B panels [q0, q1) (columns q0 kNR ...).
-struct CBlock {
-  Index i0, mc, q0, q1;
-};
 
 /// How a task reads A: in place when its rows or its columns are contiguous, else packed (see
 /// ALayout in gemm_avx512.hpp).
 inline ALayout a_layout(const StridedMatrix<const float>& a) {
   return a.col_stride == 1 ? ALayout::rows : a.row_stride == 1 ? ALayout::columns : ALayout::packed;
-}
-
-/// Where a block of C is computed: C itself, or a per-thread copy (see gemm_block). `data` is the
-/// block's first element, (blk.i0, blk.q0 kNR) of C.
-struct CTarget {
-  float* data;
-  Index ld;
-  float* tile(const CBlock& blk, Index p, Index q) const {
-    return data + p * ld + (q - blk.q0) * kNR;
-  }
-};
-
-/// Prefetches into L1 the rows of the C tile gemm_block_depth computes after tile (p, q) of `blk`:
-/// the next row panel, or the first of the next column panel. Where C is read back, its rows wait
-/// in L3 or memory (a whole depth block of the task has passed since), and the tile's 24 loads
-/// stalled its FMAs: with this, A^T B at 2048 x 512 x 8000 went from 48-52 to 43-46 ms, at 2048
-/// x 512 x 2048 from 12.6-13.3 to 11.6-12.7 ms (2 threads, alternating runs).
-ATTN_TARGET_AVX512 inline void prefetch_next_c_tile(const CTarget& c, const CBlock& blk, Index p,
-                                                    Index q) {
-  const bool same_q = p + kMR < blk.mc;
-  const Index np = same_q ? p + kMR : 0, nq = same_q ? q : q + 1;
-  if (nq >= blk.q1) return;
-  const float* row = c.tile(blk, np, nq);
-  for (Index r = 0, rows = std::min<Index>(kMR, blk.mc - np); r < rows; ++r, row += c.ld) {
-    _mm_prefetch(reinterpret_cast<const char*>(row), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(row + 16), _MM_HINT_T0);
-  }
-}
-
-/// The kMR-row panels of one depth block of C's block: each A panel (in place or packed) against
-/// each of the block's B panels.
-template <ALayout L>
-ATTN_TARGET_AVX512 void gemm_block_depth(const StridedMatrix<const float>& a, const PackedB& b,
-                                         const CTarget& c, Index N, const CBlock& blk, Index k0,
-                                         Index kc, bool from_zero, bool last,
-                                         const GemmEpilogue& epi, const float* packed_a) {
-  for (Index q = blk.q0; q < blk.q1; ++q) {
-    const Index j0 = q * kNR, nc = std::min<Index>(kNR, N - j0);
-    const float* bq = b.panel(k0, kc, q);
-    for (Index p = 0; p < blk.mc; p += kMR) {
-      // C is read back (a later depth block, or accumulating): fetch the next tile's rows while
-      // this one computes, so that its first FMAs need not wait for them.
-      if (!from_zero) prefetch_next_c_tile(c, blk, p, q);
-      const APanel ap = L == ALayout::packed
-                            ? APanel{packed_a + p * kc, 1, kMR}
-                            : APanel{&a(blk.i0 + p, k0), a.row_stride, a.col_stride};
-      micro_tile_rows<L>(static_cast<int>(std::min<Index>(kMR, blk.mc - p)), kc, ap, bq,
-                         c.tile(blk, p, q), c.ld, nc, from_zero, last, epi, blk.i0 + p, j0);
-    }
-  }
 }
 
 /// Copies rows x cols floats between row-major blocks.
@@ -153,15 +89,19 @@ inline bool c_rows_alias(const StridedMatrix<float>& c) {
 
 /// One block of C: for each depth block (depth_block), A's rows (read in place, or packed into
 /// `own_a`) against the block's B panels; then the epilogue's dropout.
-ATTN_TARGET_AVX512 inline void gemm_block(const StridedMatrix<const float>& a, const PackedB& b,
-                                          StridedMatrix<float> c, const CBlock& blk,
-                                          bool accumulate, const GemmEpilogue& epi, float* own_a) {
+template <class Isa>
+void gemm_block(const StridedMatrix<const float>& a, const PackedB<Isa::kNR>& b,
+                StridedMatrix<float> c, const CBlock& blk, bool accumulate, const GemmEpilogue& epi,
+                float* own_a) {
+  constexpr int kNR = Isa::kNR;
+  constexpr Index kMC = Isa::kMC, kNC = Isa::kNC;
   const Index K = a.cols, N = c.cols, i0 = blk.i0, mc = blk.mc;
   const Index j0 = blk.q0 * kNR, cols = std::min<Index>(blk.q1 * kNR, N) - j0;
   const bool copy = c_rows_alias(c) && K > b.depth;  // one depth block: stored once, in place
   // A block is at most kMC x kNC (GemmTasks); the copy's rows are 64 bytes more than kNC apart.
-  const CTarget target = copy ? CTarget{pack_buffer(PackSlot::c, kMC * (kNC + 16)), kNC + 16}
-                              : CTarget{&c(i0, j0), c.row_stride};
+  const CTarget<kNR> target =
+      copy ? CTarget<kNR>{pack_buffer(PackSlot::c, kMC * (kNC + 16)), kNC + 16}
+           : CTarget<kNR>{&c(i0, j0), c.row_stride};
   if (copy && accumulate) copy_block(&c(i0, j0), c.row_stride, target.data, target.ld, mc, cols);
   const ALayout layout = a_layout(a);
   for (Index k0 = 0; k0 < K; k0 += b.depth) {
@@ -169,20 +109,20 @@ ATTN_TARGET_AVX512 inline void gemm_block(const StridedMatrix<const float>& a, c
     const bool from_zero = k0 == 0 && !accumulate, last = k0 + kc == K;
     // The row sums of A by the tasks of the first columns, which together see each row once.
     if (epi.row_sums_of_a != nullptr && blk.q0 == 0)
-      add_row_sums(a, i0, mc, k0, kc, epi.row_sums_of_a);
+      Isa::add_row_sums(a, i0, mc, k0, kc, epi.row_sums_of_a);
     switch (layout) {
       case ALayout::rows:
-        gemm_block_depth<ALayout::rows>(a, b, target, N, blk, k0, kc, from_zero, last, epi,
-                                        nullptr);
+        Isa::template block_depth<ALayout::rows>(a, b, target, N, blk, k0, kc, from_zero, last, epi,
+                                                 nullptr);
         break;
       case ALayout::columns:
-        gemm_block_depth<ALayout::columns>(a, b, target, N, blk, k0, kc, from_zero, last, epi,
-                                           nullptr);
+        Isa::template block_depth<ALayout::columns>(a, b, target, N, blk, k0, kc, from_zero, last,
+                                                    epi, nullptr);
         break;
       case ALayout::packed:
-        pack_a(a, i0, mc, k0, kc, own_a);
-        gemm_block_depth<ALayout::packed>(a, b, target, N, blk, k0, kc, from_zero, last, epi,
-                                          own_a);
+        Isa::pack_a(a, i0, mc, k0, kc, own_a);
+        Isa::template block_depth<ALayout::packed>(a, b, target, N, blk, k0, kc, from_zero, last,
+                                                   epi, own_a);
         break;
     }
   }
@@ -209,7 +149,9 @@ ATTN_TARGET_AVX512 inline void gemm_block(const StridedMatrix<const float>& a, c
 ///     threads) and 360-366 (512 x 512) with B shared, 382-386 and 391-392 with own panels
 ///     (1536 x 512: no difference, so the limit stays low).
 /// The cut never changes a result: each element of C is summed the same way in any block.
+template <class Isa>
 struct GemmTasks {
+  static constexpr Index kMR = Isa::kMR, kNR = Isa::kNR, kMC = Isa::kMC, kNC = Isa::kNC;
   static constexpr Index kTasksPerThread = 4;
   static constexpr Index kMinPanels = 2;   // a tail task's columns: at least 64, unless heavy
   static constexpr Index kTailPanels = 4;  // and at most 128
@@ -307,25 +249,29 @@ inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const Gemm
 /// Two phases: the threads pack B together (unless it is cached), meet at one barrier, then take
 /// tasks (blocks of C); or, for few rows, one phase of tasks that each pack their own panels of B
 /// (GemmTasks). A is read in place unless neither its rows nor its columns are contiguous.
-inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const float>& b,
-                        StridedMatrix<float> c, bool accumulate, const GemmEpilogue& epi,
-                        int threads, bool constant_b = false) {
+template <class Isa>
+void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const float>& b,
+                 StridedMatrix<float> c, bool accumulate, const GemmEpilogue& epi, int threads,
+                 bool constant_b = false) {
+  constexpr int kNR = Isa::kNR;
+  constexpr Index kMC = Isa::kMC;
+  using Tasks = GemmTasks<Isa>;
   const Index M = c.rows, N = c.cols, K = a.cols;
   if (M == 0 || N == 0) return;
   if (K == 0) return gemm_empty_depth(c, accumulate, epi);
 #if defined(_OPENMP)
   if (omp_in_parallel()) threads = 1;
 #endif
-  const Index panels = GemmTasks::ceil_div(N, kNR), depth = depth_block(K, N);
+  const Index panels = Tasks::ceil_div(N, kNR), depth = depth_block(K, N);
   const Index kblocks = (K + depth - 1) / depth;
-  const auto [cached, first_use] =
-      constant_b ? cached_packing(b, K * panels * kNR) : std::pair<float*, bool>{nullptr, false};
-  const GemmTasks tasks(M, N, K, threads, cached != nullptr);
+  const auto [cached, first_use] = constant_b ? cached_packing(b, K * panels * kNR, kNR)
+                                              : std::pair<float*, bool>{nullptr, false};
+  const Tasks tasks(M, N, K, threads, cached != nullptr);
   threads = static_cast<int>(std::min<Index>(threads, tasks.count()));
-  const PackedB packed_b{cached != nullptr      ? cached
-                         : tasks.own_panels > 0 ? nullptr
-                                                : pack_buffer(PackSlot::b, K * panels * kNR),
-                         panels, depth};
+  const PackedB<kNR> packed_b{cached != nullptr      ? cached
+                              : tasks.own_panels > 0 ? nullptr
+                                                     : pack_buffer(PackSlot::b, K * panels * kNR),
+                              panels, depth};
   // Shared B: packed by the threads together, kPackPanels (or one) panels of a depth block per
   // task, then one barrier.
   const Index group = b.col_stride == 1 ? kPackPanels : 1, per_block = (panels + group - 1) / group;
@@ -333,20 +279,22 @@ inline void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix
       tasks.own_panels == 0 && (cached == nullptr || first_use) ? kblocks * per_block : 0;
   const auto pack_task = [&](Index t) {
     const Index k0 = (t / per_block) * depth, q0 = t % per_block * group;
-    pack_b_block(b, k0, std::min<Index>(depth, K - k0), q0, std::min(q0 + group, panels), packed_b);
+    pack_b_block<Isa>(b, k0, std::min<Index>(depth, K - k0), q0, std::min(q0 + group, panels),
+                      packed_b);
   };
   const bool packs_a = a_layout(a) == ALayout::packed;
   const Index work_tasks = tasks.count();
   const auto work_task = [&](Index t, float* own_a) {
     const CBlock blk = tasks.block(t);
-    if (tasks.own_panels == 0) return gemm_block(a, packed_b, c, blk, accumulate, epi, own_a);
+    if (tasks.own_panels == 0) return gemm_block<Isa>(a, packed_b, c, blk, accumulate, epi, own_a);
     // The task's own panels, packed by the thread that reads them, then its rows kMC at a time.
-    const PackedB own{pack_buffer(PackSlot::b, K * (blk.q1 - blk.q0) * kNR), blk.q1 - blk.q0, depth,
-                      blk.q0};
+    const PackedB<kNR> own{pack_buffer(PackSlot::b, K * (blk.q1 - blk.q0) * kNR), blk.q1 - blk.q0,
+                           depth, blk.q0};
     for (Index k0 = 0; k0 < K; k0 += depth)
-      pack_b_block(b, k0, std::min<Index>(depth, K - k0), blk.q0, blk.q1, own);
+      pack_b_block<Isa>(b, k0, std::min<Index>(depth, K - k0), blk.q0, blk.q1, own);
     for (Index i0 = 0; i0 < M; i0 += kMC)
-      gemm_block(a, own, c, {i0, std::min(kMC, M - i0), blk.q0, blk.q1}, accumulate, epi, own_a);
+      gemm_block<Isa>(a, own, c, {i0, std::min(kMC, M - i0), blk.q0, blk.q1}, accumulate, epi,
+                      own_a);
   };
 #if defined(_OPENMP)
   if (threads > 1) {

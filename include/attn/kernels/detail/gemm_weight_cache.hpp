@@ -20,6 +20,7 @@ namespace attn::kernels::detail {
 /// One packed copy and the operand it was packed from.
 struct PackedWeight {
   StridedMatrix<const float> source;
+  Index panel_width;        // the kernel's: a weight packed for another kernel is another entry
   float* packed = nullptr;  // 64-byte aligned, owned by the cache; null while seen only once
 };
 
@@ -42,16 +43,18 @@ inline WeightCache& weight_cache() {
   return cache;
 }
 
-/// Where the packed form (`floats` numbers) of weight operand b lives while a scope is open, and
-/// whether it still has to be written (its second use); {nullptr, false} when no scope is open or
-/// on the weight's first use (the caller packs into its own buffer).
-inline std::pair<float*, bool> cached_packing(const StridedMatrix<const float>& b, Index floats) {
+/// Where the packed form (`floats` numbers, in panels `panel_width` wide) of weight operand b lives
+/// while a scope is open, and whether it still has to be written (its second use); {nullptr,
+/// false} when no scope is open or on the weight's first use (the caller packs into its own
+/// buffer).
+inline std::pair<float*, bool> cached_packing(const StridedMatrix<const float>& b, Index floats,
+                                              Index panel_width) {
   WeightCache& cache = weight_cache();
   if (cache.depth == 0) return {nullptr, false};
   for (PackedWeight& e : cache.entries) {
     const StridedMatrix<const float>& s = e.source;
     if (s.data != b.data || s.rows != b.rows || s.cols != b.cols || s.row_stride != b.row_stride ||
-        s.col_stride != b.col_stride)
+        s.col_stride != b.col_stride || e.panel_width != panel_width)
       continue;
     if (e.packed != nullptr) return {e.packed, false};
     const std::size_t bytes = (static_cast<std::size_t>(floats) * sizeof(float) + 63) / 64 * 64;
@@ -59,7 +62,7 @@ inline std::pair<float*, bool> cached_packing(const StridedMatrix<const float>& 
     if (e.packed == nullptr) throw std::bad_alloc();
     return {e.packed, true};
   }
-  cache.entries.push_back({b, nullptr});
+  cache.entries.push_back({b, panel_width, nullptr});
   return {nullptr, false};
 }
 

@@ -1,0 +1,263 @@
+// attn's own fp32 GEMM for CPUs with AVX2 and FMA but no AVX-512 (Zen 1-3, Haswell to Comet
+// Lake): the scheme of gemm_avx512.hpp (B packed once and shared, A read in place, the epilogue
+// applied in registers) with a register tile of 6 rows by 16 columns: 12 of the 16 ymm registers
+// hold C, per step of k two loads of B and six broadcasts of A feed 12 FMAs (BLIS's Haswell
+// shape). Each element is summed in gemm_tile.hpp's order, so the results are the AVX-512
+// kernel's bits.
+//
+// The functions carry target attributes, so this compiles without -mavx2; kernels/gemm.hpp calls
+// them only when the CPU has AVX2 and FMA (cpu_has_avx2_fma()).
+#pragma once
+
+#include "attn/kernels/detail/avx512.hpp"  // ATTN_HAVE_AVX512: x86-64 with GCC or clang
+
+#if defined(ATTN_HAVE_AVX512)
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "attn/kernels/detail/gemm_tile.hpp"
+
+#define ATTN_TARGET_AVX2 __attribute__((target("avx2,fma")))
+
+namespace attn::kernels::detail {
+
+/// Is this process's CPU able to run the AVX2 kernels?
+inline bool cpu_has_avx2_fma() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return has;
+}
+
+namespace avx2 {
+
+inline constexpr int kMR = 6;       // rows of the register tile
+inline constexpr int kNR = 16;      // columns of the register tile: two ymm vectors
+inline constexpr Index kMC = 96;    // rows of A per thread's block (16 panels)
+inline constexpr Index kNC = 1024;  // columns of C per task at most
+
+/// The first `lanes` of 8 as a maskload/maskstore mask (none for lanes <= 0, all for >= 8).
+ATTN_TARGET_AVX2 inline __m256i lane_mask(Index lanes) {
+  const int n = static_cast<int>(std::clamp<Index>(lanes, 0, 8));
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/// c[MR, nc] (nc <= kNR, row stride ldc) = (from_zero ? 0 : c) + a_panel b_panel over kc steps,
+/// then the epilogue when `last`: avx512::micro_tile's contract and order with 8-lane vectors.
+template <int MR, ALayout L>
+ATTN_TARGET_AVX2 void micro_tile(Index kc, const APanel& a, const float* b, float* c, Index ldc,
+                                 Index nc, bool from_zero, bool last, const GemmEpilogue& epi,
+                                 Index row0, Index col0) {
+  const bool full = nc == kNR;
+  const __m256i m0 = lane_mask(nc), m1 = lane_mask(nc - 8);
+  __m256 acc0[MR], acc1[MR];
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    if (from_zero) {
+      acc0[i] = acc1[i] = _mm256_setzero_ps();
+    } else if (full) {
+      acc0[i] = _mm256_loadu_ps(c + i * ldc);
+      acc1[i] = _mm256_loadu_ps(c + i * ldc + 8);
+    } else {
+      acc0[i] = _mm256_maskload_ps(c + i * ldc, m0);
+      acc1[i] = _mm256_maskload_ps(c + i * ldc + 8, m1);
+    }
+  }
+  const Index rs = L == ALayout::rows ? a.row_step : 1;
+  const Index ks = L == ALayout::packed ? kMR : L == ALayout::columns ? a.k_step : 1;
+  const float* ap = a.data;
+#pragma GCC unroll 2
+  for (Index k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(ap + i * rs);
+      acc0[i] = _mm256_fmadd_ps(ai, b0, acc0[i]);
+      acc1[i] = _mm256_fmadd_ps(ai, b1, acc1[i]);
+    }
+    ap += ks;
+    b += kNR;
+  }
+  if (last && (epi.bias != nullptr || epi.relu)) {
+    __m256 bias0 = _mm256_setzero_ps(), bias1 = _mm256_setzero_ps();
+    if (epi.bias != nullptr) {
+      bias0 = _mm256_maskload_ps(epi.bias + col0, m0);
+      bias1 = _mm256_maskload_ps(epi.bias + col0 + 8, m1);
+    }
+    const __m256 zero = _mm256_setzero_ps();
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      acc0[i] = _mm256_add_ps(acc0[i], bias0);
+      acc1[i] = _mm256_add_ps(acc1[i], bias1);
+      if (epi.relu) {  // max(c, 0): 0 for a NaN c, as the AVX-512 kernel's max
+        acc0[i] = _mm256_max_ps(acc0[i], zero);
+        acc1[i] = _mm256_max_ps(acc1[i], zero);
+      }
+    }
+  }
+  if (last && epi.gate != nullptr) {
+    const float* g = epi.gate + row0 * epi.gate_stride + col0;
+    const __m256 scale = _mm256_set1_ps(epi.gate_scale), zero = _mm256_setzero_ps();
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      const __m256 g0 = _mm256_maskload_ps(g + i * epi.gate_stride, m0);
+      const __m256 g1 = _mm256_maskload_ps(g + i * epi.gate_stride + 8, m1);
+      acc0[i] = _mm256_and_ps(_mm256_cmp_ps(g0, zero, _CMP_GT_OQ), _mm256_mul_ps(acc0[i], scale));
+      acc1[i] = _mm256_and_ps(_mm256_cmp_ps(g1, zero, _CMP_GT_OQ), _mm256_mul_ps(acc1[i], scale));
+    }
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    if (full) {
+      _mm256_storeu_ps(c + i * ldc, acc0[i]);
+      _mm256_storeu_ps(c + i * ldc + 8, acc1[i]);
+    } else {
+      _mm256_maskstore_ps(c + i * ldc, m0, acc0[i]);
+      _mm256_maskstore_ps(c + i * ldc + 8, m1, acc1[i]);
+    }
+  }
+}
+
+/// The micro-kernel for `rows` (1..kMR) rows of A laid out as `L`.
+template <ALayout L>
+ATTN_TARGET_AVX2 inline void micro_tile_rows(int rows, Index kc, const APanel& a, const float* b,
+                                             float* c, Index ldc, Index nc, bool from_zero,
+                                             bool last, const GemmEpilogue& epi, Index row0,
+                                             Index col0) {
+  switch (rows) {
+#define ATTN_GEMM_ROWS(R) \
+  case R:                 \
+    return micro_tile<R, L>(kc, a, b, c, ldc, nc, from_zero, last, epi, row0, col0);
+    ATTN_GEMM_ROWS(6);
+    ATTN_GEMM_ROWS(5);
+    ATTN_GEMM_ROWS(4);
+    ATTN_GEMM_ROWS(3);
+    ATTN_GEMM_ROWS(2);
+    ATTN_GEMM_ROWS(1);
+#undef ATTN_GEMM_ROWS
+    default:
+      return;
+  }
+}
+
+/// Packs A[i0 : i0+mc, k0 : k0+kc] as panels of kMR rows, each kc x kMR (k-major). Only A with
+/// neither rows nor columns contiguous is packed (gemm_packed.hpp's a_layout), which no product
+/// of a Transformer step has: a plain loop.
+inline void pack_a(const StridedMatrix<const float>& a, Index i0, Index mc, Index k0, Index kc,
+                   float* dst) {
+  for (Index p = 0; p < mc; p += kMR, dst += kc * kMR) {
+    const Index rows = std::min<Index>(kMR, mc - p);
+    for (Index k = 0; k < kc; ++k)
+      for (Index i = 0; i < rows; ++i) dst[k * kMR + i] = a(i0 + p + i, k0 + k);
+  }
+}
+
+/// sums[i0 + i] += A[i0 + i, k0 : k0 + kc] one number at a time, k ascending, for i < rows (the
+/// order of avx512::add_row_sums): for A's columns contiguous 32 rows at a time in four
+/// registers, else a row at a time.
+ATTN_TARGET_AVX2 inline void add_row_sums(const StridedMatrix<const float>& a, Index i0, Index rows,
+                                          Index k0, Index kc, float* sums) {
+  if (a.row_stride == 1) {
+    constexpr int kVectors = 4;
+    for (Index r = 0; r < rows; r += 8 * kVectors) {
+      __m256i m[kVectors];
+      __m256 acc[kVectors];
+      for (int v = 0; v < kVectors; ++v) {
+        m[v] = lane_mask(rows - r - 8 * v);
+        acc[v] = _mm256_maskload_ps(sums + i0 + r + 8 * v, m[v]);
+      }
+      for (Index k = 0; k < kc; ++k) {
+        const float* col = &a(i0 + r, k0 + k);
+#pragma GCC unroll 4
+        for (int v = 0; v < kVectors; ++v)
+          acc[v] = _mm256_add_ps(acc[v], _mm256_maskload_ps(col + 8 * v, m[v]));
+      }
+      for (int v = 0; v < kVectors; ++v) _mm256_maskstore_ps(sums + i0 + r + 8 * v, m[v], acc[v]);
+    }
+    return;
+  }
+  for (Index i = 0; i < rows; ++i) {
+    float s = sums[i0 + i];
+    for (Index k = 0; k < kc; ++k) s += a(i0 + i, k0 + k);
+    sums[i0 + i] = s;
+  }
+}
+
+/// Packs panel q (columns q*kNR ...) of B[k0 : k0+kc, :] as kc x kNR (k-major), zero past the last
+/// column; for B whose rows are not contiguous (B = W^T: column j of B is row j of W, read front
+/// to back). Packing is O(K N) against the product's O(M K N): plain loops.
+inline void pack_b_panel(const StridedMatrix<const float>& b, Index k0, Index kc, Index q,
+                         float* dst) {
+  const Index j0 = q * kNR, cols = std::min<Index>(kNR, b.cols - j0);
+  if (cols < kNR) std::memset(dst, 0, sizeof(float) * static_cast<size_t>(kc * kNR));
+  for (Index j = 0; j < cols; ++j)
+    for (Index k = 0; k < kc; ++k) dst[k * kNR + j] = b(k0 + k, j0 + j);
+}
+
+/// Packs panels [q0, q1) of the kc-deep block of B that starts at row k0 (first: where panel q0
+/// goes, the others after it), for B with contiguous rows: row by row, as avx512::pack_b_panels.
+ATTN_TARGET_AVX2 inline void pack_b_panels(const StridedMatrix<const float>& b, Index k0, Index kc,
+                                           Index q0, Index q1, float* first) {
+  for (Index k = 0; k < kc; ++k) {
+    const float* src = &b(k0 + k, 0);
+    for (Index q = q0; q < q1; ++q) {
+      float* dst = first + ((q - q0) * kc + k) * kNR;
+      const Index j0 = q * kNR, cols = b.cols - j0;
+      if (cols >= kNR) {
+        _mm256_store_ps(dst, _mm256_loadu_ps(src + j0));
+        _mm256_store_ps(dst + 8, _mm256_loadu_ps(src + j0 + 8));
+      } else {  // zero past the last column
+        _mm256_store_ps(dst, _mm256_maskload_ps(src + j0, lane_mask(cols)));
+        _mm256_store_ps(dst + 8, _mm256_maskload_ps(src + j0 + 8, lane_mask(cols - 8)));
+      }
+    }
+  }
+}
+
+}  // namespace avx2
+
+/// The AVX2 kernel as gemm_packed.hpp's driver takes it.
+struct Avx2Isa {
+  static constexpr int kMR = avx2::kMR, kNR = avx2::kNR;
+  static constexpr Index kMC = avx2::kMC, kNC = avx2::kNC;
+  static constexpr const char* kName = "avx2";
+
+  template <ALayout L>
+  ATTN_TARGET_AVX2 static void tile(int rows, Index kc, const APanel& a, const float* b, float* c,
+                                    Index ldc, Index nc, bool from_zero, bool last,
+                                    const GemmEpilogue& epi, Index row0, Index col0) {
+    avx2::micro_tile_rows<L>(rows, kc, a, b, c, ldc, nc, from_zero, last, epi, row0, col0);
+  }
+  template <ALayout L>
+  ATTN_TARGET_AVX2 static void block_depth(const StridedMatrix<const float>& a,
+                                           const PackedB<kNR>& b, const CTarget<kNR>& c, Index N,
+                                           const CBlock& blk, Index k0, Index kc, bool from_zero,
+                                           bool last, const GemmEpilogue& epi,
+                                           const float* packed_a) {
+    tiles_of_depth_block<Avx2Isa, L>(a, b, c, N, blk, k0, kc, from_zero, last, epi, packed_a);
+  }
+  static void pack_a(const StridedMatrix<const float>& a, Index i0, Index mc, Index k0, Index kc,
+                     float* dst) {
+    avx2::pack_a(a, i0, mc, k0, kc, dst);
+  }
+  static void add_row_sums(const StridedMatrix<const float>& a, Index i0, Index rows, Index k0,
+                           Index kc, float* sums) {
+    avx2::add_row_sums(a, i0, rows, k0, kc, sums);
+  }
+  static void pack_b_panel(const StridedMatrix<const float>& b, Index k0, Index kc, Index q,
+                           float* dst) {
+    avx2::pack_b_panel(b, k0, kc, q, dst);
+  }
+  static void pack_b_panels(const StridedMatrix<const float>& b, Index k0, Index kc, Index q0,
+                            Index q1, float* first) {
+    avx2::pack_b_panels(b, k0, kc, q0, q1, first);
+  }
+};
+
+}  // namespace attn::kernels::detail
+
+#endif  // ATTN_HAVE_AVX512

@@ -1,0 +1,129 @@
+// What attn's own GEMM kernels share, whatever their instruction set (gemm_avx512.hpp: a 12 x 32
+// tile in zmm registers; gemm_avx2.hpp: 6 x 16 in ymm): the epilogue, how a tile reads A, the
+// depth of the packed blocks, the packed panels of B, and the loop of tiles over one depth block.
+//
+// Every kernel sums each element of C in the same order (k ascending within a depth block, blocks
+// ascending, one FMA chain from 0 or from C) and applies the same epilogue, so the two kernels
+// give the same bits, and each gives the same bits on any thread count.
+#pragma once
+
+#include <xmmintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "attn/kernels/detail/gemm_operand.hpp"
+
+namespace attn::kernels::detail {
+
+inline constexpr Index kKC = 256;      // depth of a packed block (but see depth_block)
+inline constexpr Index kWideN = 4096;  // C at least this wide: see depth_block
+
+/// The depth of the packed blocks of a product of depth K and width N: kKC, or all of K when
+/// kKC < K <= 2 kKC and C is at least kWideN columns wide (the projection onto the vocabulary
+/// and its gradients). Each block after the first reads C back, and a C that wide is far larger
+/// than the caches: at 2048 x 512 x 8000 one 512-deep block instead of two took 43.1-43.9 instead
+/// of 44.4-45.1 ms (A B, A B^T) and 44.7-45.6 instead of 47.2-47.5 (A^T B) on 2 threads, while at
+/// 2048 x 512 x 2048 it lost 3-4% (AVX-512). The block depth never changes a result: each
+/// element's FMA chain runs on through C from one block to the next, whatever the blocks.
+inline Index depth_block(Index K, Index N) {
+  return K > kKC && K <= 2 * kKC && N >= kWideN ? K : kKC;
+}
+
+/// What is applied to each element of C after its last block, while the tile is in registers.
+struct GemmEpilogue {
+  const float* bias = nullptr;     // [N] added to every row, or null
+  bool relu = false;               // max(0, .) after the bias
+  double dropout = 0;              // then dropout with this probability (kernels/dropout.hpp) ...
+  std::uint64_t dropout_key = 0;   // ... and key, element (i, j) being element i N + j
+  const float* gate = nullptr;     // [M, N], row stride gate_stride, or null: last, c(i, j) =
+  Index gate_stride = 0;           // gate(i, j) > 0 ? c(i, j) gate_scale : 0 (the backward of a
+  float gate_scale = 1;            // ReLU and a dropout, from their output)
+  float* row_sums_of_a = nullptr;  // [M] += each row of A summed (Epilogue in kernels/gemm.hpp)
+};
+
+/// How a micro-kernel reads its MR rows of A over the kc steps of k: element (i, k) of the panel
+/// is at data[i * row_step + k * k_step].
+///   packed:  pack_a's panel, row_step 1, k_step MR;
+///   columns: A's columns contiguous (A = dy^T in a weight gradient), read in place: row_step 1;
+///   rows:    A's rows contiguous (A = x, dy), read in place: k_step 1.
+/// Reading A in place spares packing it, which costs as much as 8% of a step whose products are
+/// only 256 deep; A's rows of one block (96 x 256 floats) stay in L2 either way.
+enum class ALayout { packed, columns, rows };
+struct APanel {
+  const float* data;
+  Index row_step, k_step;
+};
+
+/// The packed form of panels [q_base, q_base + panels) of B, NR columns each: `depth`-deep blocks
+/// (depth_block), each `panels` panels of kc x NR.
+template <int NR>
+struct PackedB {
+  const float* data;
+  Index panels;
+  Index depth;
+  Index q_base = 0;
+  const float* panel(Index k0, Index kc, Index q) const {
+    return data + k0 * panels * NR + (q - q_base) * kc * NR;
+  }
+};
+
+/// The block of C a task computes: rows [i0, i0 + mc), B panels [q0, q1) (columns q0 NR ...).
+struct CBlock {
+  Index i0, mc, q0, q1;
+};
+
+/// Where a block of C is computed: C itself, or a per-thread copy (gemm_packed.hpp's gemm_block).
+/// `data` is the block's first element, (blk.i0, blk.q0 NR) of C.
+template <int NR>
+struct CTarget {
+  float* data;
+  Index ld;
+  float* tile(const CBlock& blk, Index p, Index q) const {
+    return data + p * ld + (q - blk.q0) * NR;
+  }
+};
+
+/// Prefetches into L1 the rows of the C tile the loop of tiles computes after tile (p, q) of `blk`:
+/// the next row panel, or the first of the next column panel. Where C is read back, its rows wait
+/// in L3 or memory (a whole depth block of the task has passed since), and the tile's loads
+/// stalled its FMAs: with this, A^T B at 2048 x 512 x 8000 went from 48-52 to 43-46 ms, at 2048
+/// x 512 x 2048 from 12.6-13.3 to 11.6-12.7 ms (AVX-512, 2 threads, alternating runs).
+template <int MR, int NR>
+inline void prefetch_next_c_tile(const CTarget<NR>& c, const CBlock& blk, Index p, Index q) {
+  const bool same_q = p + MR < blk.mc;
+  const Index np = same_q ? p + MR : 0, nq = same_q ? q : q + 1;
+  if (nq >= blk.q1) return;
+  const float* row = c.tile(blk, np, nq);
+  for (Index r = 0, rows = std::min<Index>(MR, blk.mc - np); r < rows; ++r, row += c.ld)
+    for (int line = 0; line < NR; line += 16)
+      _mm_prefetch(reinterpret_cast<const char*>(row + line), _MM_HINT_T0);
+}
+
+/// The MR-row panels of one depth block of C's block: each A panel (in place or packed) against
+/// each of the block's B panels, by Isa's micro-kernel. Always inlined into each kernel's own
+/// block_depth, which carries the kernel's target attribute, so that the micro-kernel inlines
+/// into the loop (a call per tile cost up to 8% on the 64-deep tiles of attention).
+template <class Isa, ALayout L>
+__attribute__((always_inline)) inline void tiles_of_depth_block(
+    const StridedMatrix<const float>& a, const PackedB<Isa::kNR>& b, const CTarget<Isa::kNR>& c,
+    Index N, const CBlock& blk, Index k0, Index kc, bool from_zero, bool last,
+    const GemmEpilogue& epi, const float* packed_a) {
+  constexpr int MR = Isa::kMR, NR = Isa::kNR;
+  for (Index q = blk.q0; q < blk.q1; ++q) {
+    const Index j0 = q * NR, nc = std::min<Index>(NR, N - j0);
+    const float* bq = b.panel(k0, kc, q);
+    for (Index p = 0; p < blk.mc; p += MR) {
+      // C is read back (a later depth block, or accumulating): fetch the next tile's rows while
+      // this one computes, so that its first FMAs need not wait for them.
+      if (!from_zero) prefetch_next_c_tile<MR, NR>(c, blk, p, q);
+      const APanel ap = L == ALayout::packed
+                            ? APanel{packed_a + p * kc, 1, MR}
+                            : APanel{&a(blk.i0 + p, k0), a.row_stride, a.col_stride};
+      Isa::template tile<L>(static_cast<int>(std::min<Index>(MR, blk.mc - p)), kc, ap, bq,
+                            c.tile(blk, p, q), c.ld, nc, from_zero, last, epi, blk.i0 + p, j0);
+    }
+  }
+}
+
+}  // namespace attn::kernels::detail
