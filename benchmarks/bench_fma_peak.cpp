@@ -23,7 +23,8 @@ void BM_FmaPeak(benchmark::State& state) {
   attn_bench::time_fma_chains(threads, iters);  // warm-up: threads created, clock ramped up
   const auto start = attn_bench::loop_start();
   for (auto _ : state) attn_bench::time_fma_chains(threads, iters);
-  const double flop = 2.0 * lanes * attn_bench::kFmaChains * static_cast<double>(iters) * threads;
+  const double flop =
+      2.0 * lanes * attn_bench::fma_probe_chains() * static_cast<double>(iters) * threads;
   attn_bench::set_rate_counters(state, start, flop, 0, threads);
 }
 

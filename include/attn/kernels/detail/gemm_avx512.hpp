@@ -272,6 +272,7 @@ struct Avx512Isa {
   static constexpr int kMR = avx512::kMR, kNR = avx512::kNR;
   static constexpr Index kMC = avx512::kMC, kNC = avx512::kNC;
   static constexpr const char* kName = "avx512";
+  static constexpr bool kPackColumnsOfA = false;  // dy^T read in place (12 floats per step of k)
 
   template <ALayout L>
   ATTN_TARGET_AVX512 static void tile(int rows, Index kc, const APanel& a, const float* b, float* c,

@@ -60,10 +60,16 @@ void pack_b_block(const StridedMatrix<const float>& b, Index k0, Index kc, Index
   }
 }
 
-/// How a task reads A: in place when its rows or its columns are contiguous, else packed (see
-/// ALayout in gemm_avx512.hpp).
-inline ALayout a_layout(const StridedMatrix<const float>& a) {
-  return a.col_stride == 1 ? ALayout::rows : a.row_stride == 1 ? ALayout::columns : ALayout::packed;
+/// How the tasks read A: in place when its rows are contiguous, or its columns (unless the kernel
+/// packs those, Isa::kPackColumnsOfA, and each task's A block meets many B panels), else packed
+/// (see ALayout in gemm_tile.hpp). Tasks with their own few panels of B (GemmTasks::own_panels)
+/// each read all of A: packing it per task made a 512 x 2048 x 512 weight gradient on AVX2 take
+/// 13-15 ms instead of 10.5-10.8.
+template <class Isa>
+ALayout a_layout(const StridedMatrix<const float>& a, bool own_panels) {
+  if (a.col_stride == 1) return ALayout::rows;
+  if (a.row_stride == 1 && (own_panels || !Isa::kPackColumnsOfA)) return ALayout::columns;
+  return ALayout::packed;
 }
 
 /// Copies rows x cols floats between row-major blocks.
@@ -90,7 +96,7 @@ inline bool c_rows_alias(const StridedMatrix<float>& c) {
 /// One block of C: for each depth block (depth_block), A's rows (read in place, or packed into
 /// `own_a`) against the block's B panels; then the epilogue's dropout.
 template <class Isa>
-void gemm_block(const StridedMatrix<const float>& a, const PackedB<Isa::kNR>& b,
+void gemm_block(const StridedMatrix<const float>& a, ALayout layout, const PackedB<Isa::kNR>& b,
                 StridedMatrix<float> c, const CBlock& blk, bool accumulate, const GemmEpilogue& epi,
                 float* own_a) {
   constexpr int kNR = Isa::kNR;
@@ -103,7 +109,6 @@ void gemm_block(const StridedMatrix<const float>& a, const PackedB<Isa::kNR>& b,
       copy ? CTarget<kNR>{pack_buffer(PackSlot::c, kMC * (kNC + 16)), kNC + 16}
            : CTarget<kNR>{&c(i0, j0), c.row_stride};
   if (copy && accumulate) copy_block(&c(i0, j0), c.row_stride, target.data, target.ld, mc, cols);
-  const ALayout layout = a_layout(a);
   for (Index k0 = 0; k0 < K; k0 += b.depth) {
     const Index kc = std::min<Index>(b.depth, K - k0);
     const bool from_zero = k0 == 0 && !accumulate, last = k0 + kc == K;
@@ -282,19 +287,21 @@ void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const 
     pack_b_block<Isa>(b, k0, std::min<Index>(depth, K - k0), q0, std::min(q0 + group, panels),
                       packed_b);
   };
-  const bool packs_a = a_layout(a) == ALayout::packed;
+  const ALayout layout = a_layout<Isa>(a, tasks.own_panels > 0);
+  const bool packs_a = layout == ALayout::packed;
   const Index work_tasks = tasks.count();
   const auto work_task = [&](Index t, float* own_a) {
     const CBlock blk = tasks.block(t);
-    if (tasks.own_panels == 0) return gemm_block<Isa>(a, packed_b, c, blk, accumulate, epi, own_a);
+    if (tasks.own_panels == 0)
+      return gemm_block<Isa>(a, layout, packed_b, c, blk, accumulate, epi, own_a);
     // The task's own panels, packed by the thread that reads them, then its rows kMC at a time.
     const PackedB<kNR> own{pack_buffer(PackSlot::b, K * (blk.q1 - blk.q0) * kNR), blk.q1 - blk.q0,
                            depth, blk.q0};
     for (Index k0 = 0; k0 < K; k0 += depth)
       pack_b_block<Isa>(b, k0, std::min<Index>(depth, K - k0), blk.q0, blk.q1, own);
     for (Index i0 = 0; i0 < M; i0 += kMC)
-      gemm_block<Isa>(a, own, c, {i0, std::min(kMC, M - i0), blk.q0, blk.q1}, accumulate, epi,
-                      own_a);
+      gemm_block<Isa>(a, layout, own, c, {i0, std::min(kMC, M - i0), blk.q0, blk.q1}, accumulate,
+                      epi, own_a);
   };
 #if defined(_OPENMP)
   if (threads > 1) {
