@@ -102,8 +102,7 @@ const T* key_padding_bias(AttentionScratch<T>& scratch, const KeyPaddingMask& ma
   if (scratch.pad_batch != b) {
     const std::uint8_t* real = mask.row(b);
     for (Index s = 0; s < scratch.S; ++s)
-      scratch.pad.data()[s] =
-          real[s] ? T(0) : -std::numeric_limits<T>::infinity();
+      scratch.pad.data()[s] = real[s] ? T(0) : -std::numeric_limits<T>::infinity();
     scratch.pad_batch = b;
   }
   return scratch.pad.data();

@@ -288,22 +288,11 @@ struct Avx512Isa {
                                              const float* packed_a) {
     tiles_of_depth_block<Avx512Isa, L>(a, b, c, N, blk, k0, kc, from_zero, last, epi, packed_a);
   }
-  static void pack_a(const StridedMatrix<const float>& a, Index i0, Index mc, Index k0, Index kc,
-                     float* dst) {
-    avx512::pack_a(a, i0, mc, k0, kc, dst);
-  }
-  static void add_row_sums(const StridedMatrix<const float>& a, Index i0, Index rows, Index k0,
-                           Index kc, float* sums) {
-    avx512::add_row_sums(a, i0, rows, k0, kc, sums);
-  }
-  static void pack_b_panel(const StridedMatrix<const float>& b, Index k0, Index kc, Index q,
-                           float* dst) {
-    avx512::pack_b_panel(b, k0, kc, q, dst);
-  }
-  static void pack_b_panels(const StridedMatrix<const float>& b, Index k0, Index kc, Index q0,
-                            Index q1, float* first) {
-    avx512::pack_b_panels(b, k0, kc, q0, q1, first);
-  }
+  // The packing and the row sums, called once per panel or block (not per tile).
+  static constexpr auto pack_a = &avx512::pack_a;
+  static constexpr auto add_row_sums = &avx512::add_row_sums;
+  static constexpr auto pack_b_panel = &avx512::pack_b_panel;
+  static constexpr auto pack_b_panels = &avx512::pack_b_panels;
 };
 
 }  // namespace attn::kernels::detail
