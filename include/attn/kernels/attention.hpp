@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "attn/kernels/attention_common.hpp"
+#include "attn/kernels/detail/softmax_avx2.hpp"
 #include "attn/kernels/detail/softmax_avx512.hpp"
 #include "attn/kernels/dropout.hpp"
 #include "attn/kernels/gemm.hpp"
@@ -123,12 +124,15 @@ void scale_and_mask(T* row, Index n, T scale, const T* additive, const T* pad) {
 }
 
 /// In place: row[0, n) <- softmax(scale row + additive + pad); returns the log-sum-exp. The
-/// AVX-512 rows for float (detail/softmax_avx512.hpp), else two Eigen passes.
+/// AVX-512 or AVX2 rows for float (detail/softmax_avx512.hpp, softmax_avx2.hpp: the same bits),
+/// else two Eigen passes.
 template <class T>
 T softmax_masked_row(T* row, Index n, T scale, const T* additive, const T* pad) {
 #if defined(ATTN_HAVE_AVX512)
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
     if (cpu_has_avx512()) return softmax_row_avx512(row, n, scale, additive, pad);
+    if (cpu_has_avx2_fma()) return avx2::softmax_row(row, n, scale, additive, pad);
+  }
 #endif
   scale_and_mask(row, n, scale, additive, pad);
   return softmax_row_forward(row, n);
@@ -139,8 +143,10 @@ T softmax_masked_row(T* row, Index n, T scale, const T* additive, const T* pad) 
 template <class T>
 void recompute_probabilities(T* row, Index n, T scale, const T* additive, const T* pad, T lse) {
 #if defined(ATTN_HAVE_AVX512)
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
     if (cpu_has_avx512()) return probabilities_avx512(row, n, scale, additive, pad, lse);
+    if (cpu_has_avx2_fma()) return avx2::probabilities(row, n, scale, additive, pad, lse);
+  }
 #endif
   scale_and_mask(row, n, scale, additive, pad);
   ArrayMap<T>(row, n) -= lse;

@@ -9,7 +9,7 @@
 // them only when the CPU has AVX2 and FMA (cpu_has_avx2_fma()).
 #pragma once
 
-#include "attn/kernels/detail/avx512.hpp"  // ATTN_HAVE_AVX512: x86-64 with GCC or clang
+#include "attn/kernels/detail/avx2.hpp"
 
 #if defined(ATTN_HAVE_AVX512)
 
@@ -20,18 +20,7 @@
 
 #include "attn/kernels/detail/gemm_tile.hpp"
 
-#define ATTN_TARGET_AVX2 __attribute__((target("avx2,fma")))
-
 namespace attn::kernels::detail {
-
-/// Is this process's CPU able to run the AVX2 kernels?
-inline bool cpu_has_avx2_fma() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return has;
-}
 
 namespace avx2 {
 
@@ -39,12 +28,6 @@ inline constexpr int kMR = 6;       // rows of the register tile
 inline constexpr int kNR = 16;      // columns of the register tile: two ymm vectors
 inline constexpr Index kMC = 96;    // rows of A per thread's block (16 panels)
 inline constexpr Index kNC = 1024;  // columns of C per task at most
-
-/// The first `lanes` of 8 as a maskload/maskstore mask (none for lanes <= 0, all for >= 8).
-ATTN_TARGET_AVX2 inline __m256i lane_mask(Index lanes) {
-  const int n = static_cast<int>(std::clamp<Index>(lanes, 0, 8));
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 /// c[MR, nc] (nc <= kNR, row stride ldc) = (from_zero ? 0 : c) + a_panel b_panel over kc steps,
 /// then the epilogue when `last`: avx512::micro_tile's contract and order with 8-lane vectors.

@@ -48,14 +48,19 @@ ATTN_TARGET_AVX512 inline __m512 exp16_flushed(__m512 x) {
   return _mm512_mask_mov_ps(e, tiny, _mm512_setzero_ps());
 }
 
-/// The masked logits of 16 keys: scale x + additive + pad (the last two optional).
+/// The masked logits of 16 keys: scale x + additive + pad (the last two optional). The multiply
+/// and the first add are one FMA, written out: left to the compiler (-ffp-contract=fast), whether
+/// they fuse would depend on the instruction set and the code around them, and the AVX2 rows
+/// (softmax_avx2.hpp) could not give these bits.
 ATTN_TARGET_AVX512 inline __m512 masked_logits(const float* x, const float* additive,
                                                const float* pad, Index j, __mmask16 m,
                                                __m512 scale) {
-  __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), scale);
-  if (additive != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, additive + j));
-  if (pad != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, pad + j));
-  return v;
+  const __m512 xs = _mm512_maskz_loadu_ps(m, x + j);
+  const float* first = additive != nullptr ? additive : pad;
+  if (first == nullptr) return _mm512_mul_ps(xs, scale);
+  const __m512 v = _mm512_fmadd_ps(xs, scale, _mm512_maskz_loadu_ps(m, first + j));
+  return additive != nullptr && pad != nullptr ? _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, pad + j))
+                                               : v;
 }
 
 /// In place: row[0, n) <- softmax(scale row + additive + pad); returns the log-sum-exp of the
