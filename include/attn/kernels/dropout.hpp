@@ -2,8 +2,9 @@
 // kept elements are scaled by 1 / (1 - p) so evaluation needs no rescaling. The mask is a pure
 // function of (key, i), so backward regenerates it instead of storing it, and it does not depend
 // on how the loop is split across threads. For float on a CPU with AVX-512 the hash runs on sixteen
-// elements at a time (detail/dropout_avx512.hpp), with bitwise the same result as the scalar loop,
-// which stays as the path for double and other CPUs and as the tests' reference.
+// elements at a time (detail/dropout_avx512.hpp), with AVX2 on eight (dropout_avx2.hpp), with
+// bitwise the same result as the scalar loop, which stays as the path for double and other CPUs
+// and as the tests' reference.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "attn/kernels/detail/dropout_avx2.hpp"
 #include "attn/kernels/detail/dropout_avx512.hpp"
 #include "attn/parallel.hpp"
 #include "attn/random.hpp"
@@ -32,18 +34,21 @@ void dropout_mask_scalar(T* out, const T* in, Index n, std::uint64_t first, std:
 }
 
 /// out[i] = uniform_at(key, first + i) < p ? 0 : in[i] / (1 - p), for i in [0, n), on the calling
-/// thread: the vector kernel for float where the CPU has AVX-512 (unless `vectorized` is false),
-/// the scalar loop otherwise. `out` may alias `in`.
+/// thread: a vector kernel for float where the CPU has AVX-512 or AVX2 (unless `vectorized` is
+/// false), the scalar loop otherwise. `out` may alias `in`.
 template <class T>
 void dropout_mask_span(T* out, const T* in, Index n, std::uint64_t first, std::uint64_t key,
                        double p, bool vectorized = true) {
   const T scale = static_cast<T>(1.0 / (1.0 - p));
 #if defined(ATTN_HAVE_AVX512)
   if constexpr (std::is_same_v<T, float>) {
-    if (vectorized && cpu_has_avx512()) {
-      const auto drop_below = static_cast<std::uint64_t>(std::ceil(std::ldexp(p, 53)));
-      return dropout_mask_avx512(out, in, n, first, key, drop_below, scale);
-    }
+    const auto drop_below = [p] {
+      return static_cast<std::uint64_t>(std::ceil(std::ldexp(p, 53)));
+    };
+    if (vectorized && cpu_has_avx512())
+      return dropout_mask_avx512(out, in, n, first, key, drop_below(), scale);
+    if (vectorized && cpu_has_avx2_fma())
+      return avx2::dropout_mask(out, in, n, first, key, drop_below(), scale);
   }
 #endif
   (void)vectorized;
