@@ -325,8 +325,9 @@ TEST_F(Gemm, AutomaticPathIsTheWidestKernelTheCpuHas) {
                                          ? kernels::GemmPath::avx2
                                          : kernels::GemmPath::eigen;
   EXPECT_EQ(kernels::gemm_path(), expected);
-  if (!kernels::detail::cpu_has_avx512())
+  if (!kernels::detail::cpu_has_avx512()) {
     EXPECT_THROW(kernels::set_gemm_path(kernels::GemmPath::avx512), ConfigError);
+  }
 }
 
 // Both kernels sum every element in the same order, so where the CPU runs both they give the same
@@ -501,18 +502,18 @@ TYPED_TEST(OwnGemm, CWithRowsFourKibApartIsComputedInACopyWithTheSameBits) {
     }
 }
 
-// A wide C (the projection onto the vocabulary) of depth 256 < K <= 512 is computed in one block
+// A wide C (the projection onto the vocabulary) of depth kKC < K <= 2 kKC is computed in one block
 // of depth K (depth_block). The block depth must not change a bit: the product equals the first
-// 256 steps of k followed by the rest accumulated onto them, in all three operand layouts, on one
+// kKC steps of k followed by the rest accumulated onto them, in all three operand layouts, on one
 // and two threads, with the bias + ReLU epilogue on the finished sums.
 TYPED_TEST(OwnGemm, WideProductsInOneDeepBlockHaveTheBitsOfTwoBlocks) {
-  using kernels::detail::kKC;
   using kernels::detail::StridedMatrix;
+  constexpr Index kKC = TypeParam::kKC;
   const Index M = 100;
-  for (Index K : {Index(300), Index(512)})
+  for (Index K : {kKC + 44, 2 * kKC})
     for (Index N : {Index(4096), Index(4100)}) {
-      ASSERT_EQ(kernels::detail::depth_block(K, N), K);
-      ASSERT_EQ(kernels::detail::depth_block(K, N - 100), kKC);
+      ASSERT_EQ(kernels::detail::depth_block<TypeParam>(K, N), K);
+      ASSERT_EQ(kernels::detail::depth_block<TypeParam>(K, N - 100), kKC);
       const auto a = random_matrix<float>(M, K, 71), at = random_matrix<float>(K, M, 72);
       const auto b = random_matrix<float>(K, N, 73), bt = random_matrix<float>(N, K, 74);
       const auto bias = random_matrix<float>(1, N, 75);

@@ -43,6 +43,7 @@ inline constexpr int kMR = 12;      // rows of the register tile
 inline constexpr int kNR = 32;      // columns of the register tile: two zmm vectors
 inline constexpr Index kMC = 96;    // rows of A per thread's block (8 panels, 96 KiB packed: L2)
 inline constexpr Index kNC = 1024;  // columns of C per task at most (B block kKC x kNC: 1 MiB)
+inline constexpr Index kKC = 256;   // depth of a packed block (but see depth_block)
 
 /// c[MR, nc] (nc <= kNR, row stride ldc) = (from_zero ? 0 : c) + a_panel b_panel over kc steps,
 /// then the epilogue when `last`. a: MR rows as `L` says, b: kc x kNR (k-major, zero beyond nc).
@@ -270,7 +271,7 @@ ATTN_TARGET_AVX512 inline void pack_b_panels(const StridedMatrix<const float>& b
 /// The AVX-512 kernel as gemm_packed.hpp's driver takes it.
 struct Avx512Isa {
   static constexpr int kMR = avx512::kMR, kNR = avx512::kNR;
-  static constexpr Index kMC = avx512::kMC, kNC = avx512::kNC;
+  static constexpr Index kMC = avx512::kMC, kNC = avx512::kNC, kKC = avx512::kKC;
   static constexpr const char* kName = "avx512";
   static constexpr bool kPackColumnsOfA = false;  // dy^T read in place (12 floats per step of k)
 

@@ -174,7 +174,7 @@ struct GemmTasks {
   GemmTasks(Index M, Index N, Index K, int threads, bool shared_b = false)
       : rows(M), panels(ceil_div(N, kNR)) {
     // A task's block of packed B stays at kKC x kNC floats whatever the depth of its blocks.
-    nc_panels = std::min(panels, std::max<Index>(1, kNC * kKC / depth_block(K, N) / kNR));
+    nc_panels = std::min(panels, std::max<Index>(1, kNC * Isa::kKC / depth_block<Isa>(K, N) / kNR));
     col_blocks = ceil_div(panels, nc_panels);
     if (threads <= 1) {
       head_blocks = ceil_div(M, kMC);
@@ -267,7 +267,7 @@ void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const 
 #if defined(_OPENMP)
   if (omp_in_parallel()) threads = 1;
 #endif
-  const Index panels = Tasks::ceil_div(N, kNR), depth = depth_block(K, N);
+  const Index panels = Tasks::ceil_div(N, kNR), depth = depth_block<Isa>(K, N);
   const Index kblocks = (K + depth - 1) / depth;
   const auto [cached, first_use] = constant_b ? cached_packing(b, K * panels * kNR, kNR)
                                               : std::pair<float*, bool>{nullptr, false};

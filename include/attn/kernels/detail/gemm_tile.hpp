@@ -16,18 +16,20 @@
 
 namespace attn::kernels::detail {
 
-inline constexpr Index kKC = 256;      // depth of a packed block (but see depth_block)
 inline constexpr Index kWideN = 4096;  // C at least this wide: see depth_block
 
-/// The depth of the packed blocks of a product of depth K and width N: kKC, or all of K when
-/// kKC < K <= 2 kKC and C is at least kWideN columns wide (the projection onto the vocabulary
-/// and its gradients). Each block after the first reads C back, and a C that wide is far larger
-/// than the caches: at 2048 x 512 x 8000 one 512-deep block instead of two took 43.1-43.9 instead
-/// of 44.4-45.1 ms (A B, A B^T) and 44.7-45.6 instead of 47.2-47.5 (A^T B) on 2 threads, while at
-/// 2048 x 512 x 2048 it lost 3-4% (AVX-512). The block depth never changes a result: each
-/// element's FMA chain runs on through C from one block to the next, whatever the blocks.
-inline Index depth_block(Index K, Index N) {
-  return K > kKC && K <= 2 * kKC && N >= kWideN ? K : kKC;
+/// The depth of the packed blocks of a product of depth K and width N for kernel Isa: Isa::kKC,
+/// or all of K when Isa::kKC < K <= 2 Isa::kKC and C is at least kWideN columns wide (the
+/// projection onto the vocabulary and its gradients). Each block after the first reads C back,
+/// and a C that wide is far larger than the caches: at 2048 x 512 x 8000 one 512-deep block
+/// instead of two took 43.1-43.9 instead of 44.4-45.1 ms (A B, A B^T) and 44.7-45.6 instead of
+/// 47.2-47.5 (A^T B) on 2 threads, while at 2048 x 512 x 2048 it lost 3-4% (AVX-512, kKC 256).
+/// The block depth never changes a result: each element's FMA chain runs on through C from one
+/// block to the next, whatever the blocks.
+template <class Isa>
+Index depth_block(Index K, Index N) {
+  constexpr Index kc = Isa::kKC;
+  return K > kc && K <= 2 * kc && N >= kWideN ? K : kc;
 }
 
 /// What is applied to each element of C after its last block, while the tile is in registers.
