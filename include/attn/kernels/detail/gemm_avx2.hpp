@@ -177,15 +177,42 @@ ATTN_TARGET_AVX2 inline void add_row_sums(const StridedMatrix<const float>& a, I
   }
 }
 
+/// dst[i * dst_ld + r] = src[r * ld + i] for r, i < 8: an 8 x 8 block transposed in registers.
+ATTN_TARGET_AVX2 inline void transpose_8x8(const float* src, Index ld, float* dst, Index dst_ld) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int h = 0; h < 2; ++h) {
+      r[i + 2 * h] = _mm256_shuffle_ps(t[i + h], t[i + h + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      r[i + 2 * h + 1] = _mm256_shuffle_ps(t[i + h], t[i + h + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * dst_ld, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * dst_ld, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
 /// Packs panel q (columns q*kNR ...) of B[k0 : k0+kc, :] as kc x kNR (k-major), zero past the last
 /// column; for B whose rows are not contiguous (B = W^T: column j of B is row j of W, read front
-/// to back). Packing is O(K N) against the product's O(M K N): plain loops.
-inline void pack_b_panel(const StridedMatrix<const float>& b, Index k0, Index kc, Index q,
-                         float* dst) {
+/// to back). A full panel of B = W^T goes 8 x 8 blocks at a time through registers (attention's
+/// K^T and the weights' W^T: a scalar transpose was a third of the packing time in a small
+/// training step).
+ATTN_TARGET_AVX2 inline void pack_b_panel(const StridedMatrix<const float>& b, Index k0, Index kc,
+                                          Index q, float* dst) {
   const Index j0 = q * kNR, cols = std::min<Index>(kNR, b.cols - j0);
+  Index k = 0;
+  if (cols == kNR && b.row_stride == 1) {
+    for (; k + 8 <= kc; k += 8)
+      for (Index h = 0; h < kNR; h += 8)
+        transpose_8x8(&b(k0 + k, j0 + h), b.col_stride, dst + k * kNR + h, kNR);
+  }
   if (cols < kNR) std::memset(dst, 0, sizeof(float) * static_cast<size_t>(kc * kNR));
   for (Index j = 0; j < cols; ++j)
-    for (Index k = 0; k < kc; ++k) dst[k * kNR + j] = b(k0 + k, j0 + j);
+    for (Index kk = k; kk < kc; ++kk) dst[kk * kNR + j] = b(k0 + kk, j0 + j);
 }
 
 /// Packs panels [q0, q1) of the kc-deep block of B that starts at row k0 (first: where panel q0
