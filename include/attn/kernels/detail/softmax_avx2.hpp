@@ -11,6 +11,7 @@
 #pragma once
 
 #include "attn/kernels/detail/avx2.hpp"
+#include "attn/kernels/detail/expf_cephes.hpp"
 
 #if defined(ATTN_HAVE_AVX512)
 
@@ -32,18 +33,16 @@ ATTN_TARGET_AVX2 inline __m256 scale_by_power_of_two(__m256 p, __m256 n) {
 /// exp of 8 floats: exp16 (softmax_avx512.hpp) lane for lane, with the same clamps, polynomial
 /// and NaN behaviour.
 ATTN_TARGET_AVX2 inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_set1_ps(-104.0f), x);
-  x = _mm256_min_ps(_mm256_set1_ps(88.72283f), x);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+  namespace c = expf_cephes;
+  x = _mm256_max_ps(_mm256_set1_ps(c::kMinArgument), x);
+  x = _mm256_min_ps(_mm256_set1_ps(c::kMaxArgument), x);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(c::kLog2e)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(c::kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(c::kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(c::kPoly[0]);
+#pragma GCC unroll 8
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c::kPoly[i]));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
   return scale_by_power_of_two(p, n);
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "attn/kernels/detail/avx512.hpp"
+#include "attn/kernels/detail/expf_cephes.hpp"
 
 #if defined(ATTN_HAVE_AVX512)
 
@@ -23,19 +24,16 @@ namespace attn::kernels::detail {
 /// callers), above 88.72 about the largest float (softmax passes only x - max <= 0); NaN stays NaN
 /// (max/min return their second operand on NaN).
 ATTN_TARGET_AVX512 inline __m512 exp16(__m512 x) {
-  x = _mm512_maskz_max_ps(0xFFFF, _mm512_set1_ps(-104.0f), x);
-  x = _mm512_maskz_min_ps(0xFFFF, _mm512_set1_ps(88.72283f), x);
-  const __m512 n =
-      _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  namespace c = expf_cephes;
+  x = _mm512_maskz_max_ps(0xFFFF, _mm512_set1_ps(c::kMinArgument), x);
+  x = _mm512_maskz_min_ps(0xFFFF, _mm512_set1_ps(c::kMaxArgument), x);
+  const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(x, _mm512_set1_ps(c::kLog2e)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(c::kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(c::kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(c::kPoly[0]);
+#pragma GCC unroll 8
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c::kPoly[i]));
   p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_maskz_scalef_ps(0xFFFF, p, n);
 }
