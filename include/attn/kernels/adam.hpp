@@ -4,8 +4,9 @@
 // in parallel chunks. For float on a CPU with AVX-512 sixteen elements go at a time
 // (adam_update_avx512), with AVX2 eight (adam_update_avx2: the same operations, so the same bits);
 // the scalar loop is the path for double and other CPUs and the tests' reference. Each element is
-// computed alone, so the split over threads does not change a bit; the two paths may differ by
-// rounding where the compiler contracts a multiply and add into an FMA.
+// computed alone, so the split over threads does not change a bit. The vector paths round every
+// product before adding it, as the scalar loop does unless the compiler contracts its multiply-adds
+// into FMAs (a build with -mfma or -march=native), where the two may differ by that rounding.
 #pragma once
 
 #include <algorithm>
