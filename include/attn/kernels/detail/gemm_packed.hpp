@@ -267,12 +267,16 @@ void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const 
 #if defined(_OPENMP)
   if (omp_in_parallel()) threads = 1;
 #endif
-  const Index panels = Tasks::ceil_div(N, kNR), depth = depth_block<Isa>(K, N);
-  const Index kblocks = (K + depth - 1) / depth;
+  const Index panels = Tasks::ceil_div(N, kNR);
   const auto [cached, first_use] = constant_b ? cached_packing(b, K * panels * kNR, kNR)
                                               : std::pair<float*, bool>{nullptr, false};
   const Tasks tasks(M, N, K, threads, cached != nullptr);
   threads = static_cast<int>(std::min<Index>(threads, tasks.count()));
+  const ALayout layout = a_layout<Isa>(a, tasks.own_panels > 0);
+  const bool packs_a = layout == ALayout::packed;
+  // A cached B keeps the depth it was packed with, whatever the A of a later product.
+  const Index depth = depth_block<Isa>(K, N, layout == ALayout::columns && cached == nullptr);
+  const Index kblocks = (K + depth - 1) / depth;
   const PackedB<kNR> packed_b{cached != nullptr      ? cached
                               : tasks.own_panels > 0 ? nullptr
                                                      : pack_buffer(PackSlot::b, K * panels * kNR),
@@ -287,8 +291,6 @@ void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const 
     pack_b_block<Isa>(b, k0, std::min<Index>(depth, K - k0), q0, std::min(q0 + group, panels),
                       packed_b);
   };
-  const ALayout layout = a_layout<Isa>(a, tasks.own_panels > 0);
-  const bool packs_a = layout == ALayout::packed;
   const Index work_tasks = tasks.count();
   const auto work_task = [&](Index t, float* own_a) {
     const CBlock blk = tasks.block(t);

@@ -24,11 +24,16 @@ inline constexpr Index kWideN = 4096;  // C at least this wide: see depth_block
 /// and a C that wide is far larger than the caches: at 2048 x 512 x 8000 one 512-deep block
 /// instead of two took 43.1-43.9 instead of 44.4-45.1 ms (A B, A B^T) and 44.7-45.6 instead of
 /// 47.2-47.5 (A^T B) on 2 threads, while at 2048 x 512 x 2048 it lost 3-4% (AVX-512, kKC 256).
+/// A read in place with its columns contiguous (`a_columns_in_place`: dy^T in a weight gradient of
+/// a few hundred rows) touches a new cache line at every step of k, so its blocks are at most
+/// kKCColumnsOfA deep whatever the kernel: with the AVX2 kernel's 512, such products (512 x 2048
+/// x 512 and x 2048, 256 x 2048 x 256, 2 threads) were 3-8% slower than with 256 on Zen 3.
 /// The block depth never changes a result: each element's FMA chain runs on through C from one
 /// block to the next, whatever the blocks.
+inline constexpr Index kKCColumnsOfA = 256;
 template <class Isa>
-Index depth_block(Index K, Index N) {
-  constexpr Index kc = Isa::kKC;
+Index depth_block(Index K, Index N, bool a_columns_in_place = false) {
+  const Index kc = a_columns_in_place ? std::min(Isa::kKC, kKCColumnsOfA) : Isa::kKC;
   return K > kc && K <= 2 * kc && N >= kWideN ? K : kc;
 }
 
