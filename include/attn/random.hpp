@@ -11,16 +11,22 @@
 
 namespace attn {
 
+/// SplitMix64's constants (Steele, Lea and Flood, 2014), shared with the vector dropout masks
+/// (kernels/detail/dropout_avx2.hpp, dropout_avx512.hpp), which must draw the same bits.
+inline constexpr std::uint64_t kSplitMixGamma = 0x9e3779b97f4a7c15ULL;  // 2^64 / golden ratio
+inline constexpr std::uint64_t kMix64Multiplier1 = 0xbf58476d1ce4e5b9ULL;
+inline constexpr std::uint64_t kMix64Multiplier2 = 0x94d049bb133111ebULL;
+
 /// SplitMix64's finaliser: a bijective 64-bit mix with good avalanche.
 inline std::uint64_t mix64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z = (z ^ (z >> 30)) * kMix64Multiplier1;
+  z = (z ^ (z >> 27)) * kMix64Multiplier2;
   return z ^ (z >> 31);
 }
 
 /// A uniform draw in [0, 1) from the pair (key, i), with 53 bits of resolution.
 inline double uniform_at(std::uint64_t key, std::uint64_t i) {
-  const std::uint64_t bits = mix64(key ^ mix64(i + 0x9e3779b97f4a7c15ULL));
+  const std::uint64_t bits = mix64(key ^ mix64(i + kSplitMixGamma));
   return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
@@ -30,7 +36,7 @@ class Rng {
   explicit Rng(std::uint64_t seed = 0, std::uint64_t counter = 0)
       : seed_(seed), counter_(counter) {}
 
-  std::uint64_t next_u64() { return mix64(mix64(seed_) + 0x9e3779b97f4a7c15ULL * ++counter_); }
+  std::uint64_t next_u64() { return mix64(mix64(seed_) + kSplitMixGamma * ++counter_); }
   /// Uniform in [0, 1).
   double uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "attn/random.hpp"
+
 namespace attn::kernels::detail::avx2 {
 
 /// z * c modulo 2^64 in each 64-bit lane: lo(z) lo(c) + (hi(z) lo(c) + lo(z) hi(c)) 2^32, the
@@ -28,15 +30,15 @@ ATTN_TARGET_AVX2 inline __m256i mul64_by(__m256i z, std::uint64_t c) {
 
 /// mix64 (random.hpp) on four lanes.
 ATTN_TARGET_AVX2 inline __m256i mix64_x4(__m256i z) {
-  z = mul64_by(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), 0xbf58476d1ce4e5b9ULL);
-  z = mul64_by(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), 0x94d049bb133111ebULL);
+  z = mul64_by(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), kMix64Multiplier1);
+  z = mul64_by(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), kMix64Multiplier2);
   return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
 }
 
 /// All ones in the 64-bit lanes whose element is dropped: (mix64(key ^ mix64(index + golden)) >>
 /// 11) < drop_below. Both sides are below 2^63, so the signed compare is the unsigned one.
 ATTN_TARGET_AVX2 inline __m256i drop_mask_x4(__m256i index, __m256i key, __m256i drop_below) {
-  const __m256i golden = _mm256_set1_epi64x(static_cast<long long>(0x9e3779b97f4a7c15ULL));
+  const __m256i golden = _mm256_set1_epi64x(static_cast<long long>(kSplitMixGamma));
   const __m256i bits = mix64_x4(_mm256_xor_si256(key, mix64_x4(_mm256_add_epi64(index, golden))));
   return _mm256_cmpgt_epi64(drop_below, _mm256_srli_epi64(bits, 11));
 }

@@ -10,21 +10,23 @@
 
 #include <cstdint>
 
+#include "attn/random.hpp"
+
 namespace attn::kernels::detail {
 
 /// mix64 (random.hpp) on eight lanes.
 ATTN_TARGET_AVX512 inline __m512i mix64_x8(__m512i z) {
   z = _mm512_xor_si512(z, _mm512_maskz_srli_epi64(0xFF, z, 30));
-  z = _mm512_mullo_epi64(z, _mm512_set1_epi64(static_cast<long long>(0xbf58476d1ce4e5b9ULL)));
+  z = _mm512_mullo_epi64(z, _mm512_set1_epi64(static_cast<long long>(kMix64Multiplier1)));
   z = _mm512_xor_si512(z, _mm512_maskz_srli_epi64(0xFF, z, 27));
-  z = _mm512_mullo_epi64(z, _mm512_set1_epi64(static_cast<long long>(0x94d049bb133111ebULL)));
+  z = _mm512_mullo_epi64(z, _mm512_set1_epi64(static_cast<long long>(kMix64Multiplier2)));
   return _mm512_xor_si512(z, _mm512_maskz_srli_epi64(0xFF, z, 31));
 }
 
 /// Bit j set when element index[j] is kept: (mix64(key ^ mix64(index + golden)) >> 11) >=
 /// drop_below.
 ATTN_TARGET_AVX512 inline __mmask8 keep_mask_x8(__m512i index, __m512i key, __m512i drop_below) {
-  const __m512i golden = _mm512_set1_epi64(static_cast<long long>(0x9e3779b97f4a7c15ULL));
+  const __m512i golden = _mm512_set1_epi64(static_cast<long long>(kSplitMixGamma));
   const __m512i bits = mix64_x8(_mm512_xor_si512(key, mix64_x8(_mm512_add_epi64(index, golden))));
   return _mm512_cmpge_epu64_mask(_mm512_maskz_srli_epi64(0xFF, bits, 11), drop_below);
 }
