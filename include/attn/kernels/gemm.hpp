@@ -47,10 +47,13 @@ inline constexpr Index kGemmMinBlockGrains = 4;
 inline constexpr double kGemmParallelMinWork = 1 << 20;
 
 /// Products with fewer rows than this are not packed (packing all of B for a few rows, as in
-/// decoding one token per sentence, costs more than it saves): they stream B directly.
+/// decoding one token per sentence, costs more than it saves): they stream B directly
+/// (detail/gemm_small.hpp, with AVX-512 or AVX2).
 inline constexpr Index kGemmPackedMinRows = 16;
 
-/// Such few-row products are memory-bound: they split over threads from this many multiply-adds.
+/// Such few-row products are memory-bound: they split over threads from this many multiply-adds
+/// (batch-1 greedy decoding of `base` on AVX2 ran its d_model x d_model products, a third of its
+/// weights, on one thread while the threshold was kGemmParallelMinWork).
 inline constexpr double kGemmSmallParallelMinWork = 1 << 18;
 
 /// Which implementation float products use.
@@ -226,23 +229,29 @@ bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epi
                         static_cast<double>(a.cols());
     const GemmEpilogue fused{epi.bias, epi.relu,        epi.dropout,    epi.dropout_key,
                              epi.gate, epi.gate_stride, epi.gate_scale, epi.row_sums_of_a};
-    const int threads = work >= kGemmParallelMinWork ? num_threads() : 1;
-    if (path == GemmPath::avx2) {  // few rows too: decoding packs each weight once (weight cache)
-      gemm_packed<Avx2Isa>(ac, bc, *cv, accumulate, fused, threads, constant_b);
-      return true;
-    }
-    if (c.rows() < kGemmPackedMinRows) {
-      if (!gemm_small_rows(ac, bc, *cv, accumulate, fused,
-                           work >= kGemmSmallParallelMinWork ? num_threads() : 1))
-        return false;
+    // Few rows stream B from memory, and both threads' bandwidth pays from a smaller product on.
+    const bool few_rows = c.rows() < kGemmPackedMinRows;
+    const int threads =
+        work >= (few_rows ? kGemmSmallParallelMinWork : kGemmParallelMinWork) ? num_threads() : 1;
+    const bool avx512 = path == GemmPath::avx512;
+    if (few_rows) {
+      if (!gemm_small_rows(ac, bc, *cv, accumulate, fused, threads, avx512)) {
+        if (avx512) return false;
+        gemm_packed<Avx2Isa>(ac, bc, *cv, accumulate, fused, threads, constant_b);
+        return true;
+      }
       if (epi.dropout > 0)
         dropout_rows(cv->data, cv->rows, cv->cols, cv->row_stride, 0, epi.dropout, epi.dropout_key);
       apply_gate(*cv, fused);
       if (fused.row_sums_of_a != nullptr)
-        avx512::add_row_sums(ac, 0, ac.rows, 0, ac.cols, fused.row_sums_of_a);
+        (avx512 ? avx512::add_row_sums : avx2::add_row_sums)(ac, 0, ac.rows, 0, ac.cols,
+                                                             fused.row_sums_of_a);
       return true;
     }
-    gemm_packed<Avx512Isa>(ac, bc, *cv, accumulate, fused, threads, constant_b);
+    if (avx512)
+      gemm_packed<Avx512Isa>(ac, bc, *cv, accumulate, fused, threads, constant_b);
+    else
+      gemm_packed<Avx2Isa>(ac, bc, *cv, accumulate, fused, threads, constant_b);
     return true;
   }
 #endif

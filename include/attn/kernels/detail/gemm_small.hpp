@@ -8,20 +8,12 @@
 #pragma once
 
 #include "attn/kernels/detail/gemm_avx512.hpp"
+#include "attn/kernels/detail/gemm_small_avx2.hpp"
 #include "attn/parallel.hpp"
 
 #if defined(ATTN_HAVE_AVX512_GEMM)
 
 namespace attn::kernels::detail {
-
-inline constexpr Index kSmallChunk = 64;  // columns per step of the row-major-B kernel: 4 zmm
-
-/// Finishes one element: start (0 or c), plus the sum, then the epilogue.
-inline float finish(float start, float sum, const GemmEpilogue& epi, Index j) {
-  float v = start + sum;
-  if (epi.bias != nullptr) v += epi.bias[j];
-  return epi.relu ? std::max(v, 0.0f) : v;
-}
 
 /// Columns [j0, j1) of C when B's rows are contiguous (dy W, x B): each row of C is a sum of rows
 /// of B scaled by A's numbers, 64 columns at a time in 4 registers, k ascending.
@@ -134,11 +126,12 @@ ATTN_TARGET_AVX512 inline void small_rows_dot(const StridedMatrix<const float>& 
   if (blocked < c.rows) small_rows_dot_single(a, b, c, blocked, j0, j1, accumulate, epi);
 }
 
-/// c (=, or +=) a b, then the epilogue, for a few rows; false when the layout does not suit
-/// (A's rows or B not contiguous in either direction), and the caller takes the Eigen path.
+/// c (=, or +=) a b, then the epilogue's bias and ReLU, for a few rows, with the AVX-512 kernels
+/// or their AVX2 twins (gemm_small_avx2.hpp: the same bits); false when the layout does not suit
+/// (A's rows or B not contiguous in either direction), and the caller takes another path.
 inline bool gemm_small_rows(const StridedMatrix<const float>& a,
                             const StridedMatrix<const float>& b, StridedMatrix<float> c,
-                            bool accumulate, const GemmEpilogue& epi, int threads) {
+                            bool accumulate, const GemmEpilogue& epi, int threads, bool avx512) {
   const bool axpy = b.col_stride == 1, dot = b.row_stride == 1 && a.col_stride == 1;
   if (!axpy && !dot) return false;
   const Index N = c.cols, grain = axpy ? kSmallChunk : 16;
@@ -148,9 +141,9 @@ inline bool gemm_small_rows(const StridedMatrix<const float>& a,
     const Index j0 = std::min(N, grains * part / parts * grain);
     const Index j1 = std::min(N, grains * (part + 1) / parts * grain);
     if (axpy)
-      small_rows_axpy(a, b, c, j0, j1, accumulate, epi);
+      (avx512 ? small_rows_axpy : avx2::small_rows_axpy)(a, b, c, j0, j1, accumulate, epi);
     else
-      small_rows_dot(a, b, c, j0, j1, accumulate, epi);
+      (avx512 ? small_rows_dot : avx2::small_rows_dot)(a, b, c, j0, j1, accumulate, epi);
   };
 #if defined(_OPENMP)
   if (threads > 1 && !omp_in_parallel()) {
