@@ -111,19 +111,21 @@ ATTN_TARGET_AVX512 inline void small_rows_dot_single(const StridedMatrix<const f
   }
 }
 
-/// Columns [j0, j1) of C when B's columns are contiguous (x W^T, the Linear forward): blocks of 4
-/// rows by 4 columns of dot products (small_rows_dot_block), each column of B read once per 4 rows;
-/// the rows left over go one at a time (small_rows_dot_single).
-ATTN_TARGET_AVX512 inline void small_rows_dot(const StridedMatrix<const float>& a,
-                                              const StridedMatrix<const float>& b,
-                                              StridedMatrix<float> c, Index j0, Index j1,
-                                              bool accumulate, const GemmEpilogue& epi) {
+/// Columns [j0, j1) of C when B's columns are contiguous (x W^T, the Linear forward): the rows
+/// that fill blocks of 4 by `block`, kRows x kCols dot products at a time (AVX-512: 4 x 4, each
+/// column of B read once per 4 rows; AVX2: 2 x 2), the 1-3 rows left over one at a time by `single`.
+/// Which rows go which way decides the order of the sums, so it is the same for both kernels.
+template <int kRows, int kCols, class Block, class Single>
+void small_rows_dot(const StridedMatrix<const float>& a, const StridedMatrix<const float>& b,
+                    StridedMatrix<float> c, Index j0, Index j1, bool accumulate,
+                    const GemmEpilogue& epi, Block block, Single single) {
+  static_assert(4 % kRows == 0, "blocks must tile the rows of 4-row blocks");
   const Index blocked = c.rows / 4 * 4;
-  for (Index j = j0; j < j1 && blocked > 0; j += 4) {
-    const int nc = static_cast<int>(std::min<Index>(4, j1 - j));
-    for (Index i = 0; i < blocked; i += 4) small_rows_dot_block(a, b, c, i, j, nc, accumulate, epi);
+  for (Index j = j0; j < j1 && blocked > 0; j += kCols) {
+    const int nc = static_cast<int>(std::min<Index>(kCols, j1 - j));
+    for (Index i = 0; i < blocked; i += kRows) block(a, b, c, i, j, nc, accumulate, epi);
   }
-  if (blocked < c.rows) small_rows_dot_single(a, b, c, blocked, j0, j1, accumulate, epi);
+  if (blocked < c.rows) single(a, b, c, blocked, j0, j1, accumulate, epi);
 }
 
 /// c (=, or +=) a b, then the epilogue's bias and ReLU, for a few rows, with the AVX-512 kernels
@@ -142,8 +144,12 @@ inline bool gemm_small_rows(const StridedMatrix<const float>& a,
     const Index j1 = std::min(N, grains * (part + 1) / parts * grain);
     if (axpy)
       (avx512 ? small_rows_axpy : avx2::small_rows_axpy)(a, b, c, j0, j1, accumulate, epi);
+    else if (avx512)
+      small_rows_dot<4, 4>(a, b, c, j0, j1, accumulate, epi, small_rows_dot_block,
+                           small_rows_dot_single);
     else
-      (avx512 ? small_rows_dot : avx2::small_rows_dot)(a, b, c, j0, j1, accumulate, epi);
+      small_rows_dot<2, 2>(a, b, c, j0, j1, accumulate, epi, avx2::small_rows_dot_block,
+                           avx2::small_rows_dot_single);
   };
 #if defined(_OPENMP)
   if (threads > 1 && !omp_in_parallel()) {

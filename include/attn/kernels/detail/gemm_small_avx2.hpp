@@ -80,10 +80,10 @@ ATTN_TARGET_AVX2 __attribute__((always_inline)) inline void dot_block_step(
   }
 }
 
-/// avx512 small_rows_dot_block's elements for rows [i, i + 2) x columns [j, j + nc) (nc <= 2):
-/// dot products 16 lanes of k at a time, one accumulator each, k ascending, then lane_fold16. Two
-/// by two, since four by four in two halves would need 32 registers; the columns of a pair stay
-/// in L1 for the next pair of rows.
+/// avx512 small_rows_dot_block's elements for rows [i, i + 2) x columns [j, j + nc) (nc <= 2), the
+/// block of gemm_small.hpp's small_rows_dot<2, 2>: dot products 16 lanes of k at a time, one
+/// accumulator each, k ascending, then lane_fold16. Two by two, since four by four in two halves
+/// would need 32 registers; the columns of a pair stay in L1 for the next pair of rows.
 ATTN_TARGET_AVX2 inline void small_rows_dot_block(const StridedMatrix<const float>& a,
                                                   const StridedMatrix<const float>& b,
                                                   StridedMatrix<float> c, Index i, Index j,
@@ -129,21 +129,6 @@ ATTN_TARGET_AVX2 inline void small_rows_dot_single(const StridedMatrix<const flo
       c(i, j) = finish(accumulate ? c(i, j) : 0.0f, sum, epi, j);
     }
   }
-}
-
-/// avx512 small_rows_dot: columns [j0, j1) of C when B's columns are contiguous (x W^T). The rows
-/// avx512 computes in blocks of 4 go by pairs of rows and columns, the 1-3 left over one at a time,
-/// as there (the two kernels sum in different orders).
-ATTN_TARGET_AVX2 inline void small_rows_dot(const StridedMatrix<const float>& a,
-                                            const StridedMatrix<const float>& b,
-                                            StridedMatrix<float> c, Index j0, Index j1,
-                                            bool accumulate, const GemmEpilogue& epi) {
-  const Index blocked = c.rows / 4 * 4;
-  for (Index j = j0; j < j1 && blocked > 0; j += 2) {
-    const int nc = static_cast<int>(std::min<Index>(2, j1 - j));
-    for (Index i = 0; i < blocked; i += 2) small_rows_dot_block(a, b, c, i, j, nc, accumulate, epi);
-  }
-  if (blocked < c.rows) small_rows_dot_single(a, b, c, blocked, j0, j1, accumulate, epi);
 }
 
 }  // namespace avx2
