@@ -64,7 +64,8 @@ std::vector<bool> own_paths() {
 }
 
 // c = (c +) x W^T + bias, ReLU, with W [N, K] row-major (B's columns contiguous: the dot kernels),
-// and c = (c +) x B + bias, ReLU, with B [K, N] row-major (the axpy kernel: k ascending per element).
+// and c = (c +) x B + bias, ReLU, with B [K, N] row-major (the axpy kernel: k ascending per
+// element).
 TEST(GemmSmall, FewRowProductsAreSummedInTheAvx512KernelsOrder) {
   if (own_paths().empty()) GTEST_SKIP() << "this CPU runs none of attn's own kernels";
   for (bool avx512 : own_paths())

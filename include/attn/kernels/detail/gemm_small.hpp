@@ -113,8 +113,9 @@ ATTN_TARGET_AVX512 inline void small_rows_dot_single(const StridedMatrix<const f
 
 /// Columns [j0, j1) of C when B's columns are contiguous (x W^T, the Linear forward): the rows
 /// that fill blocks of 4 by `block`, kRows x kCols dot products at a time (AVX-512: 4 x 4, each
-/// column of B read once per 4 rows; AVX2: 2 x 2), the 1-3 rows left over one at a time by `single`.
-/// Which rows go which way decides the order of the sums, so it is the same for both kernels.
+/// column of B read once per 4 rows; AVX2: 2 x 2), the 1-3 rows left over one at a time by
+/// `single`. Which rows go which way decides the order of the sums, so it is the same for both
+/// kernels.
 template <int kRows, int kCols, class Block, class Single>
 void small_rows_dot(const StridedMatrix<const float>& a, const StridedMatrix<const float>& b,
                     StridedMatrix<float> c, Index j0, Index j1, bool accumulate,

@@ -86,9 +86,8 @@ ATTN_TARGET_AVX2 __attribute__((always_inline)) inline void dot_block_step(
 /// would need 32 registers; the columns of a pair stay in L1 for the next pair of rows.
 ATTN_TARGET_AVX2 inline void small_rows_dot_block(const StridedMatrix<const float>& a,
                                                   const StridedMatrix<const float>& b,
-                                                  StridedMatrix<float> c, Index i, Index j,
-                                                  int nc, bool accumulate,
-                                                  const GemmEpilogue& epi) {
+                                                  StridedMatrix<float> c, Index i, Index j, int nc,
+                                                  bool accumulate, const GemmEpilogue& epi) {
   const Index K = a.cols;
   const float* const ar[2] = {&a(i, 0), &a(i + 1, 0)};
   const float* const bc[2] = {&b(0, j), &b(0, j + std::min(1, nc - 1))};
@@ -108,8 +107,8 @@ ATTN_TARGET_AVX2 inline void small_rows_dot_block(const StridedMatrix<const floa
   for (int r = 0; r < 2; ++r)
     for (int q = 0; q < nc; ++q) {
       float& out = c(i + r, j + q);
-      out = finish(accumulate ? out : 0.0f, lane_fold16(acc[r][q].lo, acc[r][q].hi, LaneAdd{}),
-                   epi, j + q);
+      out = finish(accumulate ? out : 0.0f, lane_fold16(acc[r][q].lo, acc[r][q].hi, LaneAdd{}), epi,
+                   j + q);
     }
 }
 
@@ -132,8 +131,8 @@ ATTN_TARGET_AVX2 inline void small_rows_dot_single(const StridedMatrix<const flo
         fma16(load16(ai + k + 16, 16), load16(wj + k + 16, 16), acc1);
       }
       for (; k < K; k += 16) fma16(load16(ai + k, K - k), load16(wj + k, K - k), acc0);
-      const float sum = lane_fold16(_mm256_add_ps(acc0.lo, acc1.lo),
-                                    _mm256_add_ps(acc0.hi, acc1.hi), LaneAdd{});
+      const float sum =
+          lane_fold16(_mm256_add_ps(acc0.lo, acc1.lo), _mm256_add_ps(acc0.hi, acc1.hi), LaneAdd{});
       c(i, j) = finish(accumulate ? c(i, j) : 0.0f, sum, epi, j);
     }
   }
