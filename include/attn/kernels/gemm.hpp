@@ -234,12 +234,7 @@ bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epi
     const int threads =
         work >= (few_rows ? kGemmSmallParallelMinWork : kGemmParallelMinWork) ? num_threads() : 1;
     const bool avx512 = path == GemmPath::avx512;
-    if (few_rows) {
-      if (!gemm_small_rows(ac, bc, *cv, accumulate, fused, threads, avx512)) {
-        if (avx512) return false;
-        gemm_packed<Avx2Isa>(ac, bc, *cv, accumulate, fused, threads, constant_b);
-        return true;
-      }
+    if (few_rows && gemm_small_rows(ac, bc, *cv, accumulate, fused, threads, avx512)) {
       if (epi.dropout > 0)
         dropout_rows(cv->data, cv->rows, cv->cols, cv->row_stride, 0, epi.dropout, epi.dropout_key);
       apply_gate(*cv, fused);
@@ -248,6 +243,9 @@ bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epi
                                                              fused.row_sums_of_a);
       return true;
     }
+    // A few rows in a layout the few-row kernels do not take: Eigen's path on AVX-512, the packed
+    // kernel on AVX2 (each as before the AVX2 few-row kernels).
+    if (few_rows && avx512) return false;
     if (avx512)
       gemm_packed<Avx512Isa>(ac, bc, *cv, accumulate, fused, threads, constant_b);
     else

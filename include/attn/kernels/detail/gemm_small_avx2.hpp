@@ -2,7 +2,8 @@
 // twin lane for lane (a 16-lane vector as two ymm halves, the dot products folded by lane_fold16 in
 // lane_sum's order), so both give the same bits. Before these, the AVX2 path packed B even for one
 // row: batch-1 greedy decoding spent about a fifth of its time packing each weight and faulting
-// in the pages of its packed copy, once per call.
+// in the pages of its packed copy, once per call. `finish` and kSmallChunk, which both ISAs'
+// kernels use, are defined here, the first of the two headers gemm_small.hpp includes.
 #pragma once
 
 #include "attn/kernels/detail/avx2.hpp"
