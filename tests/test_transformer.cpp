@@ -123,6 +123,36 @@ TEST(Transformer, GradientsWithUntiedLearnedPositions) {
   EXPECT_GRADIENTS_MATCH(res);
 }
 
+// Module::gather_gradients, as the Transformer's constructor calls it: every gradient in one
+// buffer, in parameters() order, each on a 64-byte boundary, the padding between them zero after
+// backward, tied weights sharing one gradient; reset_parameters() keeps all of it.
+TEST(Transformer, GradientsLieInOneBufferInParameterOrder) {
+  for (bool shared : {true, false}) {
+    TransformerConfig c = gradcheck_config(11, 2);
+    c.share_embeddings = c.tie_output = shared;
+    Transformer<float> m(c);
+    auto src = ids({2, 4}, {5, 6, 7, 8, 4, 9, 0, 0});
+    auto tgt = ids({2, 3}, {2, 5, 6, 2, 7, 0});
+    const Tensor<float>& logits = m.forward(src, tgt);
+    m.backward(Tensor<float>::full(logits.shape(), 0.5f));
+    m.reset_parameters(7);
+    const auto params = m.parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const Tensor<float>& g = params[i].grad;
+      SCOPED_TRACE(params[i].name + (shared ? " (shared)" : " (untied)"));
+      EXPECT_TRUE(g.shares_storage(params[0].grad));
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(g.data()) % 64, 0u);
+      EXPECT_GT(g.vector().cwiseAbs().maxCoeff(), 0.0f);  // backward wrote here
+      if (i + 1 == params.size()) continue;
+      const Index padded = (g.numel() + 15) / 16 * 16;
+      EXPECT_EQ(params[i + 1].grad.data(), g.data() + padded);
+      for (Index j = g.numel(); j < padded; ++j) EXPECT_EQ(g.data()[j], 0.0f);
+    }
+    EXPECT_EQ(m.generator.weight.grad.same_data(m.src_embed.weight.grad), shared);
+    EXPECT_EQ(m.tgt_embed.weight.grad.same_data(m.src_embed.weight.grad), shared);
+  }
+}
+
 TEST(Transformer, SameSeedSameNumbersDifferentSeedDifferent) {
   TransformerConfig c = TransformerConfig::tiny(30);
   c.dropout = 0.1;

@@ -297,6 +297,10 @@ class Tensor {
 
   /// True when both handles point at the same first element.
   bool same_data(const Tensor& other) const { return data() == other.data(); }
+  /// True when both handles are views of one allocation (whatever their offsets).
+  bool shares_storage(const Tensor& other) const {
+    return storage_ != nullptr && storage_ == other.storage_;
+  }
 
  private:
   Index rows() const {

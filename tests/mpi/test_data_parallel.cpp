@@ -69,6 +69,17 @@ TEST(RingAllReduce, SameBitsOnEveryRankAndInEveryRun) {
       check_same_on_all_ranks(parameter_fingerprint<float>({{"sum", t, t}}), "reduced values"));
 }
 
+// Gives the norms of every decoder layer gradients of their own, as a model that does not gather
+// its gradients into one buffer has (Module::gather_gradients): the buckets that hold them then
+// pack. The optimiser is rebuilt, as it holds handles to the gradients.
+template <class T>
+void scatter_norm_gradients(testing::Trainer<T>& t) {
+  for (auto& layer : t.model.decoder.layers)
+    for (LayerNorm<T>* norm : {&layer->norm1, &layer->norm2, &layer->norm3})
+      for (Parameter<T>* p : {&norm->weight, &norm->bias}) p->grad = Tensor<T>(p->grad.shape());
+  t.adam = Adam<T>(t.model.parameters());
+}
+
 // Plain SGD, theta -= lr g: the parameters then differ exactly as much as the gradients do.
 // (Adam would divide each gradient by sqrt(v) + eps, eps = 1e-9: the key part of in_proj_bias has
 // a gradient that is zero in exact arithmetic, softmax being invariant to a per-query shift, so
@@ -80,17 +91,26 @@ void sgd_step(const std::vector<NamedParameter<T>>& params, double lr) {
 }
 
 // k steps with per-rank batch b on N ranks against one process with batch N b, in double,
-// dropout off: the parameters agree to 1e-12 relative on every rank.
-void expect_same_as_one_process(std::size_t bucket_bytes) {
+// dropout off: the parameters agree to 1e-12 relative on every rank. `scatter`: the replica's
+// buckets that hold a decoder norm pack (scatter_norm_gradients); else every bucket is summed
+// where the gradients lie.
+void expect_same_as_one_process(std::size_t bucket_bytes, bool scatter) {
   const int rank = world_rank(), ranks = world_size();
   const Index vocab = 23, b = 3, steps = 4;
   const double lr = 0.5;
   const TransformerConfig config = testing::task_config(vocab, 0.0);
   ASSERT_TRUE(config.share_embeddings);  // the tied weight must be reduced once
   testing::Trainer<double> whole(config), replica(config);
+  if (scatter) scatter_norm_gradients(replica);
   DataParallelOptions options;
   options.bucket_bytes = bucket_bytes;
   DataParallel<double> dp(replica.model.parameters(), MPI_COMM_WORLD, options);
+  if (scatter) {
+    EXPECT_GT(dp.packed_buckets(), 0u);
+    EXPECT_LT(dp.packed_buckets(), dp.buckets());
+  } else {
+    EXPECT_EQ(dp.packed_buckets(), 0u);
+  }
   for (Index k = 0; k < steps; ++k) {
     const testing::Batch batch = testing::stream_batch(5, k, b * ranks, vocab);
     const Index tokens = count_tokens(batch.tgt_out, testing::kPad);
@@ -128,11 +148,16 @@ void expect_same_as_one_process(std::size_t bucket_bytes) {
 }
 
 TEST(DataParallel, RanksWithShareOfBatchEqualOneProcessWithWholeBatch) {
-  expect_same_as_one_process(DataParallelOptions{}.bucket_bytes);
+  expect_same_as_one_process(DataParallelOptions{}.bucket_bytes, false);
 }
 
-TEST(DataParallel, SmallBucketsPackSeveralTensorsAndGiveTheSameResult) {
-  expect_same_as_one_process(4096);
+TEST(DataParallel, SmallBucketsOfSeveralTensorsGiveTheSameResult) {
+  expect_same_as_one_process(4096, false);
+}
+
+TEST(DataParallel, PackedBucketsGiveTheSameResult) {
+  expect_same_as_one_process(4096, true);
+  expect_same_as_one_process(DataParallelOptions{}.bucket_bytes, true);
 }
 
 TEST(DataParallel, BucketsAreFewAndCoverEveryParameterOnce) {
@@ -183,16 +208,23 @@ bool same_bits(const Tensor<T>& a, const Tensor<T>& b) {
 // k Adam steps of two replicas of one model on every rank, dropout on: one sums its gradients
 // with all_reduce_gradients() after backward, the other with the overlapped form during the last
 // backward pass of each update. The gradients are the same bits after every step, the
-// parameters after k, and some bucket's sum started before backward had ended.
+// parameters after k, and some bucket's sum started before backward had ended. `scatter`: both
+// replicas' buckets that hold a decoder norm pack.
 template <class T>
-void expect_overlapped_equals_blocking(std::size_t bucket_bytes, Index passes) {
+void expect_overlapped_equals_blocking(std::size_t bucket_bytes, Index passes,
+                                       bool scatter = false) {
   const Index steps = 3;
   const TransformerConfig config = testing::task_config(23, 0.1);
   testing::Trainer<T> blocking(config), overlapped(config);
+  if (scatter) {
+    scatter_norm_gradients(blocking);
+    scatter_norm_gradients(overlapped);
+  }
   DataParallelOptions options;
   options.bucket_bytes = bucket_bytes;
   DataParallel<T> dp_blocking(blocking.model.parameters(), MPI_COMM_WORLD, options);
   DataParallel<T> dp(overlapped.model.parameters(), MPI_COMM_WORLD, options);
+  EXPECT_EQ(dp.packed_buckets() > 0, scatter);
   dp.reduce_during_backward(overlapped.model);
   // The same hook, and a record of how many sums had started at each of its calls.
   std::vector<std::size_t> started;
@@ -243,6 +275,11 @@ TEST(DataParallelOverlapped, ManyBucketsInFlightGiveTheSameBitsFloat) {
 
 TEST(DataParallelOverlapped, ManyBucketsInFlightGiveTheSameBitsDouble) {
   expect_overlapped_equals_blocking<double>(8192, 1);
+}
+
+TEST(DataParallelOverlapped, PackedBucketsInFlightGiveTheSameBits) {
+  expect_overlapped_equals_blocking<float>(4096, 1, true);
+  expect_overlapped_equals_blocking<double>(8192, 2, true);
 }
 
 TEST(DataParallelOverlapped, OneTensorPerBucketWithAccumulationGivesTheSameBits) {

@@ -19,6 +19,7 @@
 // members, so modules are neither copyable nor movable; hold layers in std::unique_ptr.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -113,7 +114,45 @@ class Module {
   /// Modules that draw random numbers (Dropout) keep the state they are given here.
   virtual void on_random_state(const std::shared_ptr<RandomState>& /*state*/) {}
 
+  /// Moves every gradient into one buffer, in parameters() order, each starting on a
+  /// detail::kAlignment boundary (the padding between them stays zero), keeping its values; a
+  /// tied gradient moves once and stays shared. A run of consecutive parameters then has its
+  /// gradients in one contiguous range, which a data-parallel sum reduces in place instead of
+  /// packing (train/data_parallel.hpp). Call it at the end of a model's constructor: a handle to a
+  /// gradient taken before (parameters(), an optimiser) would keep the old storage.
+  void gather_gradients() {
+    std::vector<Parameter<T>*> slots;
+    collect_slots(slots);
+    constexpr Index kPad = static_cast<Index>(detail::kAlignment / sizeof(T));
+    static_assert(kPad >= 1 && detail::kAlignment % sizeof(T) == 0);
+    std::vector<Tensor<T>> olds;  // distinct gradients in first-seen (parameters()) order
+    std::vector<Index> offsets;
+    Index total = 0;
+    for (Parameter<T>* p : slots) {
+      const bool seen = std::any_of(olds.begin(), olds.end(),
+                                    [&](const Tensor<T>& g) { return g.same_data(p->grad); });
+      if (seen || p->grad.empty()) continue;
+      olds.push_back(p->grad);
+      offsets.push_back(total);
+      total += (p->grad.numel() + kPad - 1) / kPad * kPad;
+    }
+    Tensor<T> buffer(Shape{total});
+    for (std::size_t i = 0; i < olds.size(); ++i) {
+      const Shape& shape = olds[i].shape();
+      Tensor<T> view = buffer.slice(offsets[i], offsets[i] + olds[i].numel())
+                           .reshape(std::vector<Index>(shape.begin(), shape.end()));
+      std::copy(olds[i].begin(), olds[i].end(), view.data());
+      for (Parameter<T>* p : slots)
+        if (p->grad.same_data(olds[i])) p->grad = view;
+    }
+  }
+
  private:
+  void collect_slots(std::vector<Parameter<T>*>& out) const {
+    for (const auto& entry : params_) out.push_back(entry.second);
+    for (const auto& child : children_) child.second->collect_slots(out);
+  }
+
   void collect(const std::string& prefix, std::vector<NamedParameter<T>>& out,
                std::unordered_set<const T*>& seen) const {
     for (const auto& [name, p] : params_) {

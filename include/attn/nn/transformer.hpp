@@ -61,6 +61,7 @@ class Transformer : public Module<T> {
     this->register_module("src_dropout", &src_dropout);
     this->register_module("tgt_dropout", &tgt_dropout);
     reset_parameters(config_.seed);
+    this->gather_gradients();  // after the ties: a data-parallel sum reduces runs in place
   }
 
   /// Re-initialises every parameter from `seed` (Xavier for matrices, N(0, D^-1/2) embeddings),

@@ -12,10 +12,12 @@
 // reverse of registration order (the order backward finishes them), and each bucket is one ring
 // all-reduce: a few large messages instead of one per tensor. A model smaller than min_buckets
 // buckets is cut into min_buckets smaller ones, so that its top layers' sums can still start
-// during backward (see Overlap). A tensor larger than a bucket is
-// reduced in place without packing. Module::parameters() lists a tied weight once, so it is
-// reduced once. Buffers are allocated at construction (statistics and the overlapped sums: at the
-// first step); later steps allocate nothing.
+// during backward (see Overlap). A bucket whose gradients lie in one range of memory is reduced
+// there, without packing: a tensor larger than a bucket, and every bucket of a model that keeps
+// its gradients in one buffer (Module::gather_gradients; a Transformer does), where the zero
+// padding between tensors is summed along with them. Module::parameters() lists a tied weight
+// once, so it is reduced once. Buffers are allocated at construction (statistics and the
+// overlapped sums: at the first step); later steps allocate nothing.
 //
 // Overlap with backward. all_reduce_gradients() sums every bucket after backward. The overlapped
 // form (begin_overlapped, finish_overlapped) starts each bucket's sum during the last backward
@@ -29,8 +31,7 @@
 // largest tensor (base: 76 MB of 252 MB); its sum starts only when backward has ended. A small
 // model (the 'small' preset: 30 MB) is cut into min_buckets = 4 buckets of at most a quarter of it,
 // so its embedding (27% of it) is a bucket of its own and its layers' three overlap backward.
-// Each in-flight bucket needs its own buffers: the overlapped form holds a second
-// copy of the packed gradients (all but the tensors larger than a bucket) and 1/N of scratch.
+// Each in-flight bucket needs its own scratch (1/N of it), and a bucket that packs its own copy.
 #pragma once
 
 #include <mpi.h>
@@ -116,18 +117,23 @@ class DataParallel {
   int size() const { return ranks_; }
   /// The all-reduce calls one step makes.
   std::size_t buckets() const { return buckets_.size(); }
+  /// The buckets whose gradients are copied into a buffer of their own to be summed (0 for a
+  /// Transformer, whose gradients lie in one buffer).
+  std::size_t packed_buckets() const {
+    return static_cast<std::size_t>(std::count_if(
+        buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.in_place == nullptr; }));
+  }
 
   /// Replaces every parameter gradient by its sum over the ranks (same bits on every rank).
   void all_reduce_gradients() {
     if (ranks_ == 1) return;
     for (const Bucket& b : buckets_) {
-      if (b.members.size() == 1) {  // one tensor: reduce it where it lies
-        Tensor<T>& g = params_[b.members[0]].grad;
-        ring_all_reduce(g.data(), g.numel(), scratch_.data(), comm_);
+      if (b.in_place != nullptr) {
+        ring_all_reduce(b.in_place, b.span, scratch_.data(), comm_);
         continue;
       }
       pack(b, packed_.data());
-      ring_all_reduce(packed_.data(), b.elements, scratch_.data(), comm_);
+      ring_all_reduce(packed_.data(), b.span, scratch_.data(), comm_);
       unpack(b, packed_.data());
     }
   }
@@ -253,15 +259,17 @@ class DataParallel {
   static constexpr int kFirstTag = 2;  // ring_all_reduce() uses tags 0 and 1
 
   struct Bucket {
-    std::vector<std::size_t> members;  // indices into params_
-    Index elements = 0;
+    std::vector<std::size_t> members;  // indices into params_, descending
+    Index elements = 0;                // the members' values
+    T* in_place = nullptr;             // their one range of memory, if they lie in one
+    Index span = 0;                    // values summed: elements, and any padding in the range
   };
 
   // One bucket's overlapped sum.
   struct Flight {
     RingInFlight<T> ring;
-    std::vector<T> packed;    // [elements] when the bucket packs several tensors
-    std::vector<T> scratch;   // [elements / N + 1] one incoming chunk
+    std::vector<T> packed;    // [span] when the bucket packs
+    std::vector<T> scratch;   // [span / N + 1] one incoming chunk
     std::size_t waiting = 0;  // members not yet final
     bool started = false, reduced = false;
   };
@@ -285,8 +293,8 @@ class DataParallel {
     flights_ = std::vector<Flight>(buckets_.size());
     if (ranks_ == 1) return;  // nothing to send
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      const Index n = buckets_[b].elements;
-      if (buckets_[b].members.size() > 1)
+      const Index n = buckets_[b].span;
+      if (buckets_[b].in_place == nullptr)
         flights_[b].packed.assign(static_cast<std::size_t>(n), T(0));
       flights_[b].scratch.assign(static_cast<std::size_t>(n / ranks_ + 1), T(0));
     }
@@ -300,13 +308,12 @@ class DataParallel {
       f.reduced = true;
       return;
     }
-    T* data = f.packed.data();
-    if (buckets_[b].members.size() == 1)
-      data = params_[buckets_[b].members[0]].grad.data();
-    else
+    T* data = buckets_[b].in_place;
+    if (data == nullptr) {
+      data = f.packed.data();
       pack(buckets_[b], data);
-    f.ring.start(data, buckets_[b].elements, f.scratch.data(), comm_,
-                 kFirstTag + static_cast<int>(b));
+    }
+    f.ring.start(data, buckets_[b].span, f.scratch.data(), comm_, kFirstTag + static_cast<int>(b));
   }
 
   // Every ring in flight takes the steps whose messages have arrived.
@@ -317,7 +324,7 @@ class DataParallel {
 
   // Bucket b's ring is done: the sums go back into the gradients.
   void finish(std::size_t b) {
-    if (buckets_[b].members.size() > 1) unpack(buckets_[b], flights_[b].packed.data());
+    if (buckets_[b].in_place == nullptr) unpack(buckets_[b], flights_[b].packed.data());
     flights_[b].reduced = true;
   }
 
@@ -339,8 +346,9 @@ class DataParallel {
     final_.assign(params_.size(), 0);
     auto close = [&] {
       if (open.members.empty()) return;
-      if (open.members.size() > 1) largest_packed = std::max(largest_packed, open.elements);
-      largest = std::max(largest, open.elements);
+      locate(open);
+      if (open.in_place == nullptr) largest_packed = std::max(largest_packed, open.span);
+      largest = std::max(largest, open.span);
       buckets_.push_back(std::move(open));
       open = Bucket{};
     };
@@ -354,6 +362,28 @@ class DataParallel {
     close();
     packed_.assign(static_cast<std::size_t>(largest_packed), T(0));
     scratch_.assign(static_cast<std::size_t>(largest / ranks_ + 1), T(0));
+  }
+
+  // Sets b.in_place and b.span: the members' gradients lie in one range when they are views of one
+  // allocation in index order, each starting where the one before ends or within a
+  // detail::kAlignment padding of it (Module::gather_gradients' layout). Else they are packed.
+  void locate(Bucket& b) {
+    constexpr Index kPad = static_cast<Index>(detail::kAlignment / sizeof(T));
+    const Tensor<T>* prev = nullptr;
+    bool one_range = true;
+    for (auto m = b.members.rbegin(); m != b.members.rend() && one_range; ++m) {
+      const Tensor<T>& g = params_[*m].grad;
+      if (prev != nullptr) {
+        const std::ptrdiff_t gap = g.data() - (prev->data() + prev->numel());
+        one_range = g.shares_storage(*prev) && gap >= 0 && gap < kPad;
+      }
+      prev = &g;
+    }
+    Tensor<T>& first = params_[b.members.back()].grad;
+    const Tensor<T>& last = params_[b.members.front()].grad;
+    one_range = one_range && first.data() != nullptr;
+    b.in_place = one_range ? first.data() : nullptr;
+    b.span = one_range ? static_cast<Index>(last.data() + last.numel() - first.data()) : b.elements;
   }
 
   [[noreturn]] void throw_error_of(int failed, int length, const std::string& local_error) const {
