@@ -14,6 +14,12 @@ TEST(Tensor, ZeroInitialisedAndAligned) {
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t.data()) % 64, 0u);
   for (float v : t) EXPECT_EQ(v, 0.0f);
   EXPECT_EQ(t.shape().str(), "[2, 3, 4, 5]");
+  // Small blocks (calloc clears them) and a large one (fresh pages from the kernel) alike.
+  for (Index n : {1, 17, 1000, 1 << 23}) {
+    Tensor<double> d({n});
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(d.data()) % 64, 0u) << n;
+    EXPECT_EQ(d.vector().cwiseAbs().maxCoeff(), 0.0) << n;
+  }
 }
 
 TEST(Tensor, RowMajorElementAccess) {

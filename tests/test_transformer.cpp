@@ -123,7 +123,7 @@ TEST(Transformer, GradientsWithUntiedLearnedPositions) {
   EXPECT_GRADIENTS_MATCH(res);
 }
 
-// Module::gather_gradients, as the Transformer's constructor calls it: every gradient in one
+// Module::gather_gradients, as the Transformer's constructor calls it: every gradient zero, in one
 // buffer, in parameters() order, each on a 64-byte boundary, the padding between them zero after
 // backward, tied weights sharing one gradient; reset_parameters() keeps all of it.
 TEST(Transformer, GradientsLieInOneBufferInParameterOrder) {
@@ -131,6 +131,8 @@ TEST(Transformer, GradientsLieInOneBufferInParameterOrder) {
     TransformerConfig c = gradcheck_config(11, 2);
     c.share_embeddings = c.tie_output = shared;
     Transformer<float> m(c);
+    for (const auto& p : m.parameters())
+      EXPECT_EQ(p.grad.vector().cwiseAbs().maxCoeff(), 0.0f) << p.name;  // zero before backward
     auto src = ids({2, 4}, {5, 6, 7, 8, 4, 9, 0, 0});
     auto tgt = ids({2, 3}, {2, 5, 6, 2, 7, 0});
     const Tensor<float>& logits = m.forward(src, tgt);

@@ -107,7 +107,9 @@ namespace detail {
 
 inline constexpr std::size_t kAlignment = 64;
 
-/// An aligned, zero-initialised buffer of `capacity` elements.
+/// An aligned, zero-initialised buffer of `capacity` elements. It comes from calloc, which hands
+/// out a large block as fresh pages from the kernel without writing them: a buffer takes no memory
+/// until it is written (a model built for translation never writes its gradients).
 template <class T>
 struct Storage {
   explicit Storage(Index n) : capacity(n) {
@@ -116,19 +118,22 @@ struct Storage {
                ShapeError, "a tensor of ", n, " elements of ", sizeof(T),
                " bytes is too large to allocate");
     const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(T);
-    const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    if (rounded > 0) {
-      data = static_cast<T*>(std::aligned_alloc(kAlignment, rounded));
-      if (data == nullptr) throw std::bad_alloc();
-      std::memset(static_cast<void*>(data), 0, rounded);
+    if (bytes > 0) {
+      raw = std::calloc(bytes + kAlignment, 1);  // the first kAlignment boundary within
+      if (raw == nullptr) throw std::bad_alloc();
+      const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(raw);
+      data = reinterpret_cast<T*>((at + kAlignment - 1) / kAlignment * kAlignment);
     }
   }
-  ~Storage() { std::free(data); }
+  ~Storage() { std::free(raw); }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
   T* data = nullptr;
   Index capacity = 0;
+
+ private:
+  void* raw = nullptr;
 };
 
 }  // namespace detail

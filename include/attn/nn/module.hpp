@@ -114,12 +114,13 @@ class Module {
   /// Modules that draw random numbers (Dropout) keep the state they are given here.
   virtual void on_random_state(const std::shared_ptr<RandomState>& /*state*/) {}
 
-  /// Moves every gradient into one buffer, in parameters() order, each starting on a
-  /// detail::kAlignment boundary (the padding between them stays zero), keeping its values; a
-  /// tied gradient moves once and stays shared. A run of consecutive parameters then has its
-  /// gradients in one contiguous range, which a data-parallel sum reduces in place instead of
-  /// packing (train/data_parallel.hpp). Call it at the end of a model's constructor: a handle to a
-  /// gradient taken before (parameters(), an optimiser) would keep the old storage.
+  /// Gives every parameter a zero gradient in one buffer, in parameters() order, each starting on
+  /// a detail::kAlignment boundary (the padding between them stays zero); a tied gradient stays
+  /// shared. A run of consecutive parameters then has its gradients in one contiguous range, which
+  /// a data-parallel sum reduces in place instead of packing (train/data_parallel.hpp). Call it at
+  /// the end of a model's constructor, before any backward: a handle to a gradient taken before
+  /// (parameters(), an optimiser) would keep the old storage. The buffer is not written here, so
+  /// it takes no memory until backward writes it (detail::Storage).
   void gather_gradients() {
     std::vector<Parameter<T>*> slots;
     collect_slots(slots);
@@ -141,7 +142,6 @@ class Module {
       const Shape& shape = olds[i].shape();
       Tensor<T> view = buffer.slice(offsets[i], offsets[i] + olds[i].numel())
                            .reshape(std::vector<Index>(shape.begin(), shape.end()));
-      std::copy(olds[i].begin(), olds[i].end(), view.data());
       for (Parameter<T>* p : slots)
         if (p->grad.same_data(olds[i])) p->grad = view;
     }
