@@ -47,6 +47,7 @@
 #include "attn/error.hpp"
 #include "attn/nn/module.hpp"
 #include "attn/train/label_smoothed_loss.hpp"
+#include "attn/train/replica_agreement.hpp"
 #include "attn/train/ring_all_reduce.hpp"
 
 namespace attn {
@@ -57,32 +58,6 @@ class ReplicaError : public Error {
  public:
   using Error::Error;
 };
-
-/// Every rank passes its value; throws ConfigError on every rank, naming the first rank whose
-/// value differs from rank 0's and `what` ("training data", "parameters", ...), unless all agree.
-inline void check_same_on_all_ranks(std::uint64_t value, const std::string& what,
-                                    MPI_Comm comm = MPI_COMM_WORLD) {
-  const int ranks = detail::comm_size(comm);
-  std::vector<std::uint64_t> all(static_cast<std::size_t>(ranks));
-  detail::mpi_check(MPI_Allgather(&value, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm),
-                    "MPI_Allgather");
-  for (int r = 1; r < ranks; ++r)
-    ATTN_CHECK(all[static_cast<std::size_t>(r)] == all[0], ConfigError, "rank ", r, "'s ", what,
-               " differ from rank 0's (fingerprint ", all[static_cast<std::size_t>(r)], " vs ",
-               all[0], "); every rank must start from the same files and options");
-}
-
-/// A 64-bit FNV-1a fingerprint of every parameter's bits, in order (for check_same_on_all_ranks).
-template <class T>
-std::uint64_t parameter_fingerprint(const std::vector<NamedParameter<T>>& params) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (const auto& p : params) {
-    const auto* bytes = reinterpret_cast<const unsigned char*>(p.value.data());
-    for (std::size_t i = 0; i < static_cast<std::size_t>(p.value.numel()) * sizeof(T); ++i)
-      h = (h ^ bytes[i]) * 0x100000001b3ULL;
-  }
-  return h;
-}
 
 struct DataParallelOptions {
   std::size_t bucket_bytes = std::size_t{32} << 20;  ///< gradients packed per all-reduce, at most
