@@ -340,17 +340,21 @@ class DataParallel {
   }
 
   // Sets b.in_place and b.span: the members' gradients lie in one range when they are views of one
-  // allocation in index order, each starting where the one before ends or within a
-  // detail::kAlignment padding of it (Module::gather_gradients' layout). Else they are packed.
+  // allocation in index order, each starting at the first detail::kAlignment boundary at or after
+  // the end of the one before (Module::gather_gradients' layout, whose zero padding is summed
+  // along). Else they are packed.
   void locate(Bucket& b) {
-    constexpr Index kPad = static_cast<Index>(detail::kAlignment / sizeof(T));
     const Tensor<T>* prev = nullptr;
     bool one_range = true;
     for (auto m = b.members.rbegin(); m != b.members.rend() && one_range; ++m) {
       const Tensor<T>& g = params_[*m].grad;
-      if (prev != nullptr) {
-        const std::ptrdiff_t gap = g.data() - (prev->data() + prev->numel());
-        one_range = g.shares_storage(*prev) && gap >= 0 && gap < kPad;
+      if (prev != nullptr && g.shares_storage(*prev)) {
+        const auto end = reinterpret_cast<std::uintptr_t>(prev->data() + prev->numel());
+        const std::uintptr_t next =
+            (end + detail::kAlignment - 1) / detail::kAlignment * detail::kAlignment;
+        one_range = reinterpret_cast<std::uintptr_t>(g.data()) == next;
+      } else if (prev != nullptr) {
+        one_range = false;
       }
       prev = &g;
     }
