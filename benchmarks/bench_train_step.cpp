@@ -11,8 +11,9 @@
 //     steps paid for the page faults of the first touch);
 //   - one step per repetition (Iterations(1)), at least 5 repetitions by default
 //     (bench_support.hpp), reported as median, mean, stddev, min and max;
-//   - peak_RSS_MiB: the process's peak resident memory after the steps (run one benchmark per
-//     process, --benchmark_filter, to get the figure of that step alone; bench_compare.sh does).
+//   - peak_RSS_MiB: the process's peak resident memory after the steps or decodes (run one
+//     benchmark per process, --benchmark_filter, to get the figure of that one alone;
+//     bench_compare.sh does).
 //
 // FLOP model (multiply-add = 2), forward, per batch; training = 3 x forward (the peer's model):
 //   encoder layer: Ns*(8d^2 + 4*Ls*d + 4*d*dff)
@@ -162,6 +163,7 @@ void BM_Decode(benchmark::State& state, attn::Index beam) {
   const double per_call = produced / static_cast<double>(state.iterations());
   attn_bench::set_rate_counters(state, start, 0, per_call, threads);
   state.counters["tokens/call"] = per_call;
+  state.counters["peak_RSS_MiB"] = attn_bench::peak_rss_mib();
 }
 
 // A train step or a decoding call is long enough to time once per repetition.
