@@ -19,9 +19,9 @@
 // members, so modules are neither copyable nor movable; hold layers in std::unique_ptr.
 #pragma once
 
-#include <algorithm>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -126,24 +126,18 @@ class Module {
     collect_slots(slots);
     constexpr Index kPad = static_cast<Index>(detail::kAlignment / sizeof(T));
     static_assert(kPad >= 1 && detail::kAlignment % sizeof(T) == 0);
-    std::vector<Tensor<T>> olds;  // distinct gradients in first-seen (parameters()) order
-    std::vector<Index> offsets;
+    std::unordered_map<const T*, Index> offset_of;  // each distinct gradient, first seen first
     Index total = 0;
-    for (Parameter<T>* p : slots) {
-      const bool seen = std::any_of(olds.begin(), olds.end(),
-                                    [&](const Tensor<T>& g) { return g.same_data(p->grad); });
-      if (seen || p->grad.empty()) continue;
-      olds.push_back(p->grad);
-      offsets.push_back(total);
-      total += (p->grad.numel() + kPad - 1) / kPad * kPad;
-    }
+    for (const Parameter<T>* p : slots)
+      if (!p->grad.empty() && offset_of.emplace(p->grad.data(), total).second)
+        total += (p->grad.numel() + kPad - 1) / kPad * kPad;
     Tensor<T> buffer(Shape{total});
-    for (std::size_t i = 0; i < olds.size(); ++i) {
-      const Shape& shape = olds[i].shape();
-      Tensor<T> view = buffer.slice(offsets[i], offsets[i] + olds[i].numel())
-                           .reshape(std::vector<Index>(shape.begin(), shape.end()));
-      for (Parameter<T>* p : slots)
-        if (p->grad.same_data(olds[i])) p->grad = view;
+    for (Parameter<T>* p : slots) {  // a tied gradient's slots all find its one offset
+      if (p->grad.empty()) continue;
+      const Index at = offset_of.at(p->grad.data());
+      const Shape& shape = p->grad.shape();
+      p->grad = buffer.slice(at, at + p->grad.numel())
+                    .reshape(std::vector<Index>(shape.begin(), shape.end()));
     }
   }
 
