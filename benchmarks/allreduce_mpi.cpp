@@ -6,6 +6,7 @@
 // Prints on rank 0: parameters, megabytes, buckets (and how many pack), median milliseconds of
 // each, and the resident memory the overlapped form's buffers add.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,12 +35,14 @@ double median_ms(int repeats, F&& f) {
   return ms[ms.size() / 2];
 }
 
-/// Resident memory of this process in MB (/proc/self/statm; 0 where it cannot be read).
+/// Resident memory of this process in MB (/proc/self/statm counts pages of the system's page size;
+/// 0 where it cannot be read).
 double resident_mb() {
   std::ifstream statm("/proc/self/statm");
   long pages = 0, resident = 0;
   statm >> pages >> resident;
-  return static_cast<double>(resident) * 4096.0 / 1e6;
+  const long page_bytes = sysconf(_SC_PAGESIZE);
+  return static_cast<double>(resident) * static_cast<double>(page_bytes > 0 ? page_bytes : 0) / 1e6;
 }
 
 }  // namespace
