@@ -171,6 +171,7 @@ TYPED_TEST(AttentionKernels, FastMatchesNaiveOverShapesMasksDropoutAndLayouts) {
       {1, 2, 67, 131, 5, 3},
       {2, 1, 130, 97, 4, 1},
       {3, 2, 9, 4, 6, 0},
+      {2, 2, 0, 5, 4, 1},  // no queries: dK and dV are zero (the fast kernel runs no query block)
       // several query blocks, the last one partial, with causal key ranges that differ per block
       {1, 2, kernels::kAttentionQueryBlock + 5, kernels::kAttentionQueryBlock + 9, 3, 1},
   };
@@ -211,7 +212,7 @@ TYPED_TEST(AttentionKernels, FastMatchesNaiveOverShapesMasksDropoutAndLayouts) {
         }
     }
   EXPECT_EQ(compared,
-            156);  // 6 cases x 5 masks + 3 cases (S < T) x 3 masks, x 2 dropout x 2 weights
+            176);  // 7 cases x 5 masks + 3 cases (S < T) x 3 masks, x 2 dropout x 2 weights
 }
 
 /// Gradient check of q, k, v through one kernel, L = sum(out * R).

@@ -158,24 +158,66 @@ inline Index visible_keys(bool causal, Index t, Index Tq, Index S) {
   return causal ? t + 1 + (S - Tq) : S;
 }
 
-/// Runs body(scratch, head, pad) for every (batch row b, head h) pair, where pad is row b's key
-/// padding bias (nullptr without padding): in parallel over the pairs, each thread with its own
-/// scratch, when the work is worth waking a thread team.
+/// A block of query rows [t0, t0 + nt) of one head and the keys [0, ns) its last row may see (S
+/// unless causal): what one step of the kernels below computes. pad is the batch row's key padding
+/// bias (nullptr without padding).
+template <class T>
+struct QueryBlock {
+  const AttentionHead& head;
+  const T* pad;
+  Index t0, nt, ns;
+
+  /// The block's rows of a matrix of B*T query rows (Q, O, dQ, dO): [nt, K].
+  template <class U>
+  StridedMap<U> queries(U* x, Index ld) const {
+    return head.queries(x, ld, t0, nt);
+  }
+  /// The keys the block sees in a matrix of B*S key rows (K, V, dK, dV): [ns, K].
+  template <class U>
+  auto keys(U* x, Index ld) const {
+    return head.keys(x, ld).topRows(ns);
+  }
+};
+
+/// One query row of a block: i its row in the block's [nt, S] buffers, t its position, bht its
+/// index in [B, H, T] arrays, n the keys [0, n) it may see before padding and bias.
+struct QueryRow {
+  Index i, t, bht, n;
+};
+
+/// Calls row(QueryRow) for each row of `block`, in order.
+template <class T, class Row>
+void for_each_query_row(const QueryBlock<T>& block, bool causal, Row row) {
+  const AttentionShape& shape = block.head.shape;
+  for (Index i = 0; i < block.nt; ++i) {
+    const Index t = block.t0 + i;
+    row(QueryRow{i, t, block.head.query_index(t),
+                 visible_keys(causal, t, shape.queries, shape.keys)});
+  }
+}
+
+/// Runs body(scratch, QueryBlock) for every block of kAttentionQueryBlock query rows of every
+/// (batch row, head) pair, the blocks of a pair in order on one thread: in parallel over the
+/// pairs, each thread with its own scratch, when the work is worth waking a thread team.
 template <class T, class Body>
-void for_each_head(const AttentionShape& shape, const AttentionMask<T>& mask, bool backward,
-                   bool drop, Body body) {
+void for_each_query_block(const AttentionShape& shape, const AttentionMask<T>& mask, bool backward,
+                          bool drop, Body body) {
   const Index pairs = shape.batch * shape.heads;
   const Index work = pairs * shape.queries * shape.keys * shape.head_dim;
+  const Index rows = std::min(kAttentionQueryBlock, shape.queries);
   RegionErrors errors;  // a scratch too large for memory is a std::bad_alloc for the caller
   const auto prepare = [&](AttentionScratch<T>& scratch) {
-    errors.run([&] {
-      scratch.prepare(std::min(kAttentionQueryBlock, shape.queries), shape.keys, backward, drop);
-    });
+    errors.run([&] { scratch.prepare(rows, shape.keys, backward, drop); });
   };
   const auto pair = [&](AttentionScratch<T>& scratch, Index bh) {
     errors.run([&] {
       const AttentionHead head{shape, bh / shape.heads, bh % shape.heads};
-      body(scratch, head, key_padding_bias(scratch, mask.key_padding, head.b));
+      const T* pad = key_padding_bias(scratch, mask.key_padding, head.b);
+      for (Index t0 = 0; t0 < shape.queries; t0 += rows) {
+        const Index nt = std::min(rows, shape.queries - t0);
+        const Index ns = visible_keys(mask.causal, t0 + nt - 1, shape.queries, shape.keys);
+        body(scratch, QueryBlock<T>{head, pad, t0, nt, ns});
+      }
     });
   };
 #if defined(_OPENMP)
@@ -197,17 +239,6 @@ void for_each_head(const AttentionShape& shape, const AttentionMask<T>& mask, bo
   errors.rethrow();
 }
 
-/// Calls block(t0, nt, ns) for each block of query rows [t0, t0 + nt) of one head, where ns is the
-/// number of keys the block's last row may see (S unless causal).
-template <class Block>
-void for_each_query_block(Index Tq, Index S, bool causal, Block block) {
-  const Index rows = std::min(kAttentionQueryBlock, Tq);
-  for (Index t0 = 0; t0 < Tq; t0 += rows) {
-    const Index nt = std::min(rows, Tq - t0);
-    block(t0, nt, visible_keys(causal, t0 + nt - 1, Tq, S));
-  }
-}
-
 }  // namespace detail
 
 /// out [B*T rows, ldo] <- attention; lse [B, H, T] the log-sum-exp of each row's scaled, masked
@@ -220,32 +251,27 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
                        const AttentionDropout& dropout = {}) {
   detail::check_attention("attention_forward", shape, mask, dropout,
                           {{"ldq", ldq}, {"ldk", ldk}, {"ldv", ldv}, {"ldo", ldo}});
-  const Index Tq = shape.queries, S = shape.keys;
+  const Index S = shape.keys;
   const bool drop = dropout.p > 0.0;
-  detail::for_each_head(
+  detail::for_each_query_block(
       shape, mask, false, drop,
-      [&](detail::AttentionScratch<T>& scratch, const detail::AttentionHead& head, const T* pad) {
-        const auto kh = head.keys(k, ldk), vh = head.keys(v, ldv);
-        detail::for_each_query_block(Tq, S, mask.causal, [&](Index t0, Index nt, Index ns) {
-          auto pb = scratch.block(scratch.p, nt, ns);
-          gemm(pb, head.queries(q, ldq, t0, nt), kh.topRows(ns).transpose(), false);
-          for (Index i = 0; i < nt; ++i) {
-            const Index t = t0 + i, bht = head.query_index(t);
-            const Index n = detail::visible_keys(mask.causal, t, Tq, S);
-            T* row = scratch.p.data() + i * S;
-            lse[bht] = detail::softmax_masked_row(row, n, scale, mask.additive.row(t), pad);
-            std::fill(row + n, row + ns, T(0));
-            if (weights != nullptr) {
-              T* w = weights + bht * S;
-              std::copy(row, row + ns, w);
-              std::fill(w + ns, w + S, T(0));
-            }
-            if (drop)  // element s of row t dropped iff uniform_at(key, bht S + s) < p
-              detail::dropout_mask_span(row, row, n, static_cast<std::uint64_t>(bht * S),
-                                        dropout.key, dropout.p);
+      [&](detail::AttentionScratch<T>& scratch, const detail::QueryBlock<T>& blk) {
+        auto pb = scratch.block(scratch.p, blk.nt, blk.ns);
+        gemm(pb, blk.queries(q, ldq), blk.keys(k, ldk).transpose(), false);  // Q K^T
+        detail::for_each_query_row(blk, mask.causal, [&](const detail::QueryRow& r) {
+          T* row = scratch.p.data() + r.i * S;
+          lse[r.bht] = detail::softmax_masked_row(row, r.n, scale, mask.additive.row(r.t), blk.pad);
+          std::fill(row + r.n, row + blk.ns, T(0));
+          if (weights != nullptr) {
+            T* w = weights + r.bht * S;
+            std::copy(row, row + blk.ns, w);
+            std::fill(w + blk.ns, w + S, T(0));
           }
-          gemm(head.queries(out, ldo, t0, nt), pb, vh.topRows(ns), false);
+          if (drop)  // element s of row t dropped iff uniform_at(key, bht S + s) < p
+            detail::dropout_mask_span(row, row, r.n, static_cast<std::uint64_t>(r.bht * S),
+                                      dropout.key, dropout.p);
         });
+        gemm(blk.queries(out, ldo), pb, blk.keys(v, ldv), false);  // softmax(...) V
       });
 }
 
@@ -263,62 +289,59 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
                         const AttentionDropout& dropout = {}) {
   detail::check_attention_backward("attention_backward", shape, mask, dropout, lddq, lddk, lddv,
                                    lddo, ldq, ldk, ldv, ldo);
-  const Index Tq = shape.queries, S = shape.keys;
+  const Index S = shape.keys;
   const bool drop = dropout.p > 0.0;
-  detail::for_each_head(
+  if (shape.queries == 0) {  // no query blocks below: dK and dV are zero
+    for (Index r = 0; r < shape.batch * S; ++r) {
+      std::fill(dk + r * lddk, dk + r * lddk + shape.heads * shape.head_dim, T(0));
+      std::fill(dv + r * lddv, dv + r * lddv + shape.heads * shape.head_dim, T(0));
+    }
+  }
+  detail::for_each_query_block(
       shape, mask, true, drop,
-      [&](detail::AttentionScratch<T>& scratch, const detail::AttentionHead& head, const T* pad) {
-        const auto kh = head.keys(k, ldk), vh = head.keys(v, ldv);
-        auto dkh = head.keys(dk, lddk), dvh = head.keys(dv, lddv);
-        // The first query block stores dK and dV's rows [0, ns) (the later ones add to them) and
-        // zeroes the others, which only later blocks (causal) or none (no queries) see: no pass
-        // that zeroes all of dK and dV first (0.9% of MHA 32 x 64 fwd+bwd in perf).
-        if (Tq == 0) {
-          dkh.setZero();
-          dvh.setZero();
+      [&](detail::AttentionScratch<T>& scratch, const detail::QueryBlock<T>& blk) {
+        // A head's first query block stores dK and dV's rows [0, ns) (the later ones add to them)
+        // and zeroes the others, which only later blocks (causal) see: no pass that zeroes all of
+        // dK and dV first (0.9% of MHA 32 x 64 fwd+bwd in perf).
+        const bool first = blk.t0 == 0;
+        if (first && blk.ns < S) {
+          blk.head.keys(dk, lddk).bottomRows(S - blk.ns).setZero();
+          blk.head.keys(dv, lddv).bottomRows(S - blk.ns).setZero();
         }
-        bool first = true;
-        detail::for_each_query_block(Tq, S, mask.causal, [&](Index t0, Index nt, Index ns) {
-          if (first && ns < S) {
-            dkh.bottomRows(S - ns).setZero();
-            dvh.bottomRows(S - ns).setZero();
+        const auto qb = blk.queries(q, ldq), ob = blk.queries(out, ldo),
+                   dob = blk.queries(dout, lddo);
+        auto pb = scratch.block(scratch.p, blk.nt, blk.ns);
+        auto dpb = scratch.block(scratch.dp, blk.nt, blk.ns);
+        gemm(pb, qb, blk.keys(k, ldk).transpose(), false);
+        gemm(dpb, dob, blk.keys(v, ldv).transpose(), false);
+        detail::for_each_query_row(blk, mask.causal, [&](const detail::QueryRow& r) {
+          T* row = scratch.p.data() + r.i * S;
+          // P recomputed from the saved log-sum-exp: exp(-inf - lse) = 0 for blocked keys, and
+          // lse = +inf makes a fully blocked row exactly zero.
+          detail::recompute_probabilities(row, r.n, scale, mask.additive.row(r.t), blk.pad,
+                                          lse[r.bht]);
+          std::fill(row + r.n, row + blk.ns, T(0));
+          if (drop) {  // the forward's mask, on P (into Pd) and on dP
+            T* dprow = scratch.dp.data() + r.i * S;
+            T* pdrow = scratch.pd.data() + r.i * S;
+            const auto base = static_cast<std::uint64_t>(r.bht * S);
+            detail::dropout_mask_span(pdrow, row, r.n, base, dropout.key, dropout.p);
+            detail::dropout_mask_span(dprow, dprow, r.n, base, dropout.key, dropout.p);
+            std::fill(pdrow + r.n, pdrow + blk.ns, T(0));
           }
-          const auto qb = head.queries(q, ldq, t0, nt), ob = head.queries(out, ldo, t0, nt),
-                     dob = head.queries(dout, lddo, t0, nt);
-          auto pb = scratch.block(scratch.p, nt, ns);
-          auto dpb = scratch.block(scratch.dp, nt, ns);
-          gemm(pb, qb, kh.topRows(ns).transpose(), false);
-          gemm(dpb, dob, vh.topRows(ns).transpose(), false);
-          for (Index i = 0; i < nt; ++i) {
-            const Index t = t0 + i, bht = head.query_index(t);
-            const Index n = detail::visible_keys(mask.causal, t, Tq, S);
-            T* row = scratch.p.data() + i * S;
-            // P recomputed from the saved log-sum-exp: exp(-inf - lse) = 0 for blocked keys, and
-            // lse = +inf makes a fully blocked row exactly zero.
-            detail::recompute_probabilities(row, n, scale, mask.additive.row(t), pad, lse[bht]);
-            std::fill(row + n, row + ns, T(0));
-            if (drop) {  // the forward's mask, on P (into Pd) and on dP
-              T* dprow = scratch.dp.data() + i * S;
-              T* pdrow = scratch.pd.data() + i * S;
-              const auto base = static_cast<std::uint64_t>(bht * S);
-              detail::dropout_mask_span(pdrow, row, n, base, dropout.key, dropout.p);
-              detail::dropout_mask_span(dprow, dprow, n, base, dropout.key, dropout.p);
-              std::fill(pdrow + n, pdrow + ns, T(0));
-            }
-          }
-          if (drop)
-            gemm(dvh.topRows(ns), scratch.block(scratch.pd, nt, ns).transpose(), dob, !first);
-          else
-            gemm(dvh.topRows(ns), pb.transpose(), dob, !first);
-          for (Index i = 0; i < nt; ++i) {
-            const T d = dob.row(i).dot(ob.row(i));
-            ArrayMap<T> ds(scratch.dp.data() + i * S, ns);
-            ds = ArrayMap<const T>(scratch.p.data() + i * S, ns) * (ds - d) * scale;
-          }
-          gemm(head.queries(dq, lddq, t0, nt), dpb, kh.topRows(ns), false);  // dpb: scale dlogits
-          gemm(dkh.topRows(ns), dpb.transpose(), qb, !first);
-          first = false;
         });
+        auto dvb = blk.keys(dv, lddv);
+        if (drop)
+          gemm(dvb, scratch.block(scratch.pd, blk.nt, blk.ns).transpose(), dob, !first);
+        else
+          gemm(dvb, pb.transpose(), dob, !first);
+        for (Index i = 0; i < blk.nt; ++i) {
+          const T d = dob.row(i).dot(ob.row(i));
+          ArrayMap<T> ds(scratch.dp.data() + i * S, blk.ns);
+          ds = ArrayMap<const T>(scratch.p.data() + i * S, blk.ns) * (ds - d) * scale;
+        }
+        gemm(blk.queries(dq, lddq), dpb, blk.keys(k, ldk), false);  // dpb: scale dlogits
+        gemm(blk.keys(dk, lddk), dpb.transpose(), qb, !first);
       });
 }
 
