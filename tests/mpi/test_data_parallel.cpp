@@ -21,6 +21,20 @@ namespace {
 int world_rank() { return detail::comm_rank(MPI_COMM_WORLD); }
 int world_size() { return detail::comm_size(MPI_COMM_WORLD); }
 
+/// The default options but for the bucket size (bytes).
+DataParallelOptions buckets_of(std::size_t bytes) {
+  DataParallelOptions options;
+  options.bucket_bytes = bytes;
+  return options;
+}
+
+/// The default options but for the fewest buckets a model is cut into.
+DataParallelOptions at_least(std::size_t buckets) {
+  DataParallelOptions options;
+  options.min_buckets = buckets;
+  return options;
+}
+
 /// Rows rank, rank + N, ... of `b`: this rank's share of a batch (padding kept).
 testing::Batch share_of(const testing::Batch& b, int rank, int ranks) {
   const Index rows = b.src.size(0);
@@ -102,9 +116,7 @@ void expect_same_as_one_process(std::size_t bucket_bytes, bool scatter) {
   ASSERT_TRUE(config.share_embeddings);  // the tied weight must be reduced once
   testing::Trainer<double> whole(config), replica(config);
   if (scatter) scatter_norm_gradients(replica);
-  DataParallelOptions options;
-  options.bucket_bytes = bucket_bytes;
-  DataParallel<double> dp(replica.model.parameters(), MPI_COMM_WORLD, options);
+  DataParallel<double> dp(replica.model.parameters(), MPI_COMM_WORLD, buckets_of(bucket_bytes));
   if (scatter) {
     EXPECT_GT(dp.packed_buckets(), 0u);
     EXPECT_LT(dp.packed_buckets(), dp.buckets());
@@ -163,21 +175,15 @@ TEST(DataParallel, PackedBucketsGiveTheSameResult) {
 TEST(DataParallel, BucketsAreFewAndCoverEveryParameterOnce) {
   testing::Trainer<float> t(testing::task_config(23, 0.0));
   const auto params = t.model.parameters();
-  DataParallelOptions whole;
-  whole.min_buckets = 1;
-  DataParallel<float> one_bucket(params, MPI_COMM_WORLD, whole);
+  DataParallel<float> one_bucket(params, MPI_COMM_WORLD, at_least(1));
   EXPECT_EQ(one_bucket.buckets(), 1u);  // ~60 K floats fit one 32 MB bucket
   // By default a model that fits one bucket is cut into quarters (greedily, so 4 to 8 buckets),
   // so that the sums of its top layers can start while backward computes the lower ones.
   DataParallel<float> quarters(params);
   EXPECT_GE(quarters.buckets(), 4u);
   EXPECT_LE(quarters.buckets(), 8u);
-  DataParallelOptions none;
-  none.min_buckets = 0;
-  EXPECT_THROW(DataParallel<float>(params, MPI_COMM_WORLD, none), ConfigError);
-  DataParallelOptions o;
-  o.bucket_bytes = 16384;
-  DataParallel<float> several(params, MPI_COMM_WORLD, o);
+  EXPECT_THROW(DataParallel<float>(params, MPI_COMM_WORLD, at_least(0)), ConfigError);
+  DataParallel<float> several(params, MPI_COMM_WORLD, buckets_of(16384));
   EXPECT_GT(several.buckets(), 1u);
   EXPECT_LT(several.buckets(), params.size());
 }
@@ -220,8 +226,7 @@ void expect_overlapped_equals_blocking(std::size_t bucket_bytes, Index passes,
     scatter_norm_gradients(blocking);
     scatter_norm_gradients(overlapped);
   }
-  DataParallelOptions options;
-  options.bucket_bytes = bucket_bytes;
+  const DataParallelOptions options = buckets_of(bucket_bytes);
   DataParallel<T> dp_blocking(blocking.model.parameters(), MPI_COMM_WORLD, options);
   DataParallel<T> dp(overlapped.model.parameters(), MPI_COMM_WORLD, options);
   EXPECT_EQ(dp.packed_buckets() > 0, scatter);
@@ -292,10 +297,8 @@ TEST(DataParallelOverlapped, ARankWithoutBackwardStartsItsSumsAtFinish) {
   const int rank = world_rank(), ranks = world_size();
   const TransformerConfig config = testing::task_config(23, 0.0);
   testing::Trainer<float> blocking(config), overlapped(config);
-  DataParallelOptions options;
-  options.bucket_bytes = 4096;
-  DataParallel<float> dp_blocking(blocking.model.parameters(), MPI_COMM_WORLD, options);
-  DataParallel<float> dp(overlapped.model.parameters(), MPI_COMM_WORLD, options);
+  DataParallel<float> dp_blocking(blocking.model.parameters(), MPI_COMM_WORLD, buckets_of(4096));
+  DataParallel<float> dp(overlapped.model.parameters(), MPI_COMM_WORLD, buckets_of(4096));
   dp.reduce_during_backward(overlapped.model);
   if (rank + 1 == ranks) {
     blocking.adam.zero_grad();
@@ -316,9 +319,7 @@ TEST(DataParallelOverlapped, ARankWithoutBackwardStartsItsSumsAtFinish) {
 TEST(DataParallelOverlapped, AParameterBackwardNeverReportedIsNamedAtFinish) {
   testing::Trainer<float> t(testing::task_config(23, 0.0));
   const auto params = t.model.parameters();
-  DataParallelOptions options;
-  options.bucket_bytes = 4096;
-  DataParallel<float> dp(params, MPI_COMM_WORLD, options);
+  DataParallel<float> dp(params, MPI_COMM_WORLD, buckets_of(4096));
   ASSERT_EQ(params[0].name, "src_embed.weight");
   // A hook that forgets the shared embedding: every other bucket's sum runs, its never starts.
   std::vector<Index> all_but_first;

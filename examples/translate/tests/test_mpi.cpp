@@ -43,9 +43,18 @@ class Mpi : public TempDirTest {
   CliResult mpirun(const std::string& launch) const {
     return run_command(std::string(ATTN_MPIEXEC) + " " + launch, root_.string());
   }
-  CliResult two_ranks(const std::string& args) const { return ranks(2, args); }
   CliResult ranks(int n, const std::string& args) const {
     return mpirun("-n " + std::to_string(n) + " " + std::string(ATTN_TRANSLATE_BIN) + " " + args);
+  }
+  /// `train --model-dir <model_dir> --steps <steps> <flags> common(dropout)` on n ranks, or as one
+  /// process without mpiexec when n is 0; a failure of the test unless it exits 0.
+  CliResult train(int n, const std::string& model_dir, int steps, const std::string& flags,
+                  double dropout) const {
+    const std::string args = "train --model-dir " + model_dir + " --steps " +
+                             std::to_string(steps) + " " + flags + " " + common(dropout);
+    CliResult r = n == 0 ? run(args) : ranks(n, args);
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+    return r;
   }
   /// n ranks summing the gradients during backward (the default) and after it
   /// (--no-overlap-allreduce) write the same bytes. Dropout on, and several batches per update
@@ -61,10 +70,8 @@ void expect_same_checkpoints(const std::string& a, const std::string& b, int ste
 
 void Mpi::expect_overlap_changes_no_bit(int n) const {
   const std::string during = dir("during"), after = dir("after");
-  CliResult r = ranks(n, "train --model-dir " + during + " --steps 3 " + common(0.1));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = ranks(n, "train --model-dir " + after + " --steps 3 --no-overlap-allreduce " + common(0.1));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (train(n, during, 3, "", 0.1).exit_code != 0) return;
+  if (train(n, after, 3, "--no-overlap-allreduce", 0.1).exit_code != 0) return;
   expect_same_checkpoints(during, after, 3);
 }
 
@@ -97,13 +104,12 @@ bool is_second_moment(const std::string& name) {
 
 TEST_F(Mpi, TwoRanksWithHalfOfEachBatchTrainWhatOneProcessTrainsOnTheWholeBatch) {
   const std::string one = dir("one"), two = dir("two");
-  CliResult r = run("train --model-dir " + one + " --steps 2 " + common(0));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = two_ranks("train --model-dir " + two + " --steps 2 " + common(0));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (train(0, one, 2, "", 0).exit_code != 0) return;
+  const CliResult r = train(2, two, 2, "", 0);
+  if (r.exit_code != 0) return;
   // Rank 0 logs the global loss: the same figures as one process, once.
   EXPECT_TRUE(contains(r.err, "step 2 | loss ")) << r.err;
-  const CliResult alone = run("train --model-dir " + dir("again") + " --steps 2 " + common(0));
+  const CliResult alone = train(0, dir("again"), 2, "", 0);
   const auto loss_of = [](const std::string& log) {
     const auto at = log.find("step 2 | loss ");
     return at == std::string::npos ? std::string() : log.substr(at, 24);
@@ -141,16 +147,12 @@ TEST_F(Mpi, TwoRanksWithHalfOfEachBatchTrainWhatOneProcessTrainsOnTheWholeBatch)
 TEST_F(Mpi, ResumeWithTheSameRanksIsBitExact) {
   // Dropout on: each rank's stream must be restored from a checkpoint that holds only rank 0's.
   const std::string a = dir("a"), b = dir("b");
-  CliResult r = two_ranks("train --model-dir " + a + " --steps 2 " + common(0.1));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = two_ranks("train --model-dir " + a + " --steps 4 --resume " + common(0.1));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = two_ranks("train --model-dir " + b + " --steps 4 " + common(0.1));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (train(2, a, 2, "", 0.1).exit_code != 0) return;
+  if (train(2, a, 4, "--resume", 0.1).exit_code != 0) return;
+  if (train(2, b, 4, "", 0.1).exit_code != 0) return;
   expect_same_checkpoints(a, b, 4);
   // The ranks' dropout streams differ: one process with dropout trains another model.
-  r = run("train --model-dir " + dir("one") + " --steps 4 " + common(0.1));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (train(0, dir("one"), 4, "", 0.1).exit_code != 0) return;
   EXPECT_FALSE(read_file(dir("one") + "/checkpoint_4.safetensors") ==
                read_file(b + "/checkpoint_4.safetensors"));
 }
