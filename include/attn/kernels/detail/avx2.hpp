@@ -1,14 +1,15 @@
 // What every AVX2 kernel of attn shares (the counterpart of avx512.hpp for CPUs with AVX2 and FMA
 // but no AVX-512, such as AMD Zen 1-3): the target attribute that lets a function use AVX2 in a
 // build without -mavx2, the run-time check, lane masks for the edges of a row, and the fold of
-// sixteen lanes held in two ymm registers in avx512.hpp's order, so that a reduction gives the
-// AVX-512 kernel's bits. A function with this attribute may only be called after
-// cpu_has_avx2_fma() said yes.
+// sixteen lanes held in two ymm registers, the order of every 16-lane reduction (avx512.hpp's
+// fold of one zmm register is this fold of its two halves), so that a reduction gives the same
+// bits on both ISAs. A function with this attribute may only be called after cpu_has_avx2_fma()
+// said yes.
 #pragma once
 
-#include "attn/kernels/detail/avx512.hpp"  // ATTN_HAVE_AVX512: x86-64 with GCC or clang
-
-#if defined(ATTN_HAVE_AVX512)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// A compiler that can emit the AVX2 and the AVX-512 kernels (with target attributes).
+#define ATTN_HAVE_AVX512 1
 
 #include <immintrin.h>
 
@@ -59,8 +60,9 @@ struct LaneMax {
   ATTN_TARGET_AVX2 __m128 operator()(__m128 a, __m128 b) const { return _mm_max_ps(a, b); }
 };
 
-/// Sixteen lanes, lanes 0-7 in `lo` and 8-15 in `hi`, folded with `op` in avx512.hpp's lane_fold
-/// order: the upper eight onto the lower, then the upper half of that, down to one lane.
+/// Sixteen lanes, lanes 0-7 in `lo` and 8-15 in `hi`, folded with `op` in one fixed order: the
+/// upper eight onto the lower, then the upper half of that, down to one lane. `op` combines two
+/// __m256 and two __m128 (LaneAdd, LaneMax).
 template <class Op>
 ATTN_TARGET_AVX2 inline float lane_fold16(__m256 lo, __m256 hi, Op op) {
   const __m256 h = op(lo, hi);
@@ -72,4 +74,4 @@ ATTN_TARGET_AVX2 inline float lane_fold16(__m256 lo, __m256 hi, Op op) {
 }  // namespace avx2
 }  // namespace attn::kernels::detail
 
-#endif  // ATTN_HAVE_AVX512
+#endif  // x86-64 with GCC or clang

@@ -5,8 +5,9 @@
 // A kernel with such an attribute may only be called after cpu_has_avx512() said yes.
 #pragma once
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define ATTN_HAVE_AVX512 1
+#include "attn/kernels/detail/avx2.hpp"  // ATTN_HAVE_AVX512, the 16-lane fold
+
+#if defined(ATTN_HAVE_AVX512)
 
 #include <immintrin.h>
 
@@ -33,32 +34,20 @@ inline __mmask16 ATTN_TARGET_AVX512 lane_mask(Index lanes) {
                       : __mmask16((1u << lanes) - 1u);
 }
 
-/// The 16 lanes of v folded with `op` in one fixed order: the upper half of the vector onto the
-/// lower, then the upper half of that, down to one lane. `op` combines two __m256 and two __m128.
+/// The 16 lanes of v folded as avx2::lane_fold16 folds them: the upper half of the vector onto the
+/// lower, then the upper half of that, down to one lane.
 template <class Op>
 ATTN_TARGET_AVX512 inline float lane_fold(__m512 v, Op op) {
-  const __m256 h =
-      op(_mm512_maskz_extractf32x8_ps(0xFF, v, 0), _mm512_maskz_extractf32x8_ps(0xFF, v, 1));
-  __m128 q = op(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  q = op(q, _mm_movehl_ps(q, q));
-  return _mm_cvtss_f32(op(q, _mm_movehdup_ps(q)));
+  return avx2::lane_fold16(_mm512_maskz_extractf32x8_ps(0xFF, v, 0),
+                           _mm512_maskz_extractf32x8_ps(0xFF, v, 1), op);
 }
-
-struct LaneAdd {
-  ATTN_TARGET_AVX512 __m256 operator()(__m256 a, __m256 b) const { return _mm256_add_ps(a, b); }
-  ATTN_TARGET_AVX512 __m128 operator()(__m128 a, __m128 b) const { return _mm_add_ps(a, b); }
-};
-struct LaneMax {
-  ATTN_TARGET_AVX512 __m256 operator()(__m256 a, __m256 b) const { return _mm256_max_ps(a, b); }
-  ATTN_TARGET_AVX512 __m128 operator()(__m128 a, __m128 b) const { return _mm_max_ps(a, b); }
-};
 
 /// The sum of a vector's 16 lanes in a fixed order (GCC 12's _mm512_reduce_add_ps draws a false
 /// -Wmaybe-uninitialized from its undefined-vector operands).
-ATTN_TARGET_AVX512 inline float lane_sum(__m512 v) { return lane_fold(v, LaneAdd{}); }
+ATTN_TARGET_AVX512 inline float lane_sum(__m512 v) { return lane_fold(v, avx2::LaneAdd{}); }
 
 /// The largest of a vector's 16 lanes.
-ATTN_TARGET_AVX512 inline float lane_max(__m512 v) { return lane_fold(v, LaneMax{}); }
+ATTN_TARGET_AVX512 inline float lane_max(__m512 v) { return lane_fold(v, avx2::LaneMax{}); }
 
 }  // namespace attn::kernels::detail
 
