@@ -83,6 +83,36 @@ TEST(RingAllReduce, SameBitsOnEveryRankAndInEveryRun) {
       check_same_on_all_ranks(parameter_fingerprint<float>({{"sum", t, t}}), "reduced values"));
 }
 
+// Reduce-scatter steps in pieces of 1, 3, 7 ... values: the same bits as in one piece per step,
+// in both forms, each with no more scratch than ring_scratch_values (exactly that much is
+// allocated, so a longer write is out of bounds under ASan).
+TEST(RingAllReduce, PiecesOfAnySizeGiveTheSameBitsInBothForms) {
+  const int rank = world_rank(), ranks = world_size();
+  for (Index n : {Index{0}, Index{1}, Index{5}, Index{1000}, Index{10007}}) {
+    std::vector<float> values(static_cast<std::size_t>(n));
+    Rng rng(7 + rank);
+    for (float& v : values)
+      v = static_cast<float>(rng.normal() * std::pow(10.0, rng.uniform(-4, 4)));
+    std::vector<float> whole = values, scratch(static_cast<std::size_t>(n / ranks + 1));
+    ring_all_reduce(whole.data(), n, scratch.data(), MPI_COMM_WORLD, n + 1);  // one per step
+    for (Index piece : {Index{1}, Index{3}, Index{7}, Index{1000}, kRingPieceValues}) {
+      const Index need = ring_scratch_values(n, ranks, piece);
+      EXPECT_LE(need, piece);
+      std::vector<float> blocking = values, in_flight = values,
+                         room(static_cast<std::size_t>(need));
+      ring_all_reduce(blocking.data(), n, room.data(), MPI_COMM_WORLD, piece);
+      RingInFlight<float> ring;
+      ring.start(in_flight.data(), n, room.data(), MPI_COMM_WORLD, 5, piece);
+      ring.wait();
+      ASSERT_TRUE(ring.done());
+      ASSERT_EQ(0, std::memcmp(whole.data(), blocking.data(), n * sizeof(float)))
+          << "n " << n << " piece " << piece;
+      ASSERT_EQ(0, std::memcmp(whole.data(), in_flight.data(), n * sizeof(float)))
+          << "n " << n << " piece " << piece;
+    }
+  }
+}
+
 // Gives the norms of every decoder layer gradients of their own, as a model that does not gather
 // its gradients into one buffer has (Module::gather_gradients): the buckets that hold them then
 // pack. The optimiser is rebuilt, as it holds handles to the gradients.
@@ -215,10 +245,12 @@ bool same_bits(const Tensor<T>& a, const Tensor<T>& b) {
 // with all_reduce_gradients() after backward, the other with the overlapped form during the last
 // backward pass of each update. The gradients are the same bits after every step, the
 // parameters after k, and some bucket's sum started before backward had ended. `scatter`: both
-// replicas' buckets that hold a decoder norm pack.
+// replicas' buckets that hold a decoder norm pack. `piece_bytes`: the overlapped replica's ring
+// messages (the blocking one keeps the default).
 template <class T>
-void expect_overlapped_equals_blocking(std::size_t bucket_bytes, Index passes,
-                                       bool scatter = false) {
+void expect_overlapped_equals_blocking(
+    std::size_t bucket_bytes, Index passes, bool scatter = false,
+    std::size_t piece_bytes = DataParallelOptions{}.piece_bytes) {
   const Index steps = 3;
   const TransformerConfig config = testing::task_config(23, 0.1);
   testing::Trainer<T> blocking(config), overlapped(config);
@@ -226,8 +258,9 @@ void expect_overlapped_equals_blocking(std::size_t bucket_bytes, Index passes,
     scatter_norm_gradients(blocking);
     scatter_norm_gradients(overlapped);
   }
-  const DataParallelOptions options = buckets_of(bucket_bytes);
+  DataParallelOptions options = buckets_of(bucket_bytes);
   DataParallel<T> dp_blocking(blocking.model.parameters(), MPI_COMM_WORLD, options);
+  options.piece_bytes = piece_bytes;
   DataParallel<T> dp(overlapped.model.parameters(), MPI_COMM_WORLD, options);
   EXPECT_EQ(dp.packed_buckets() > 0, scatter);
   dp.reduce_during_backward(overlapped.model);
@@ -289,6 +322,15 @@ TEST(DataParallelOverlapped, PackedBucketsInFlightGiveTheSameBits) {
 
 TEST(DataParallelOverlapped, OneTensorPerBucketWithAccumulationGivesTheSameBits) {
   expect_overlapped_equals_blocking<float>(sizeof(float), 2);  // every tensor reduced in place
+}
+
+TEST(DataParallelOverlapped, SmallRingPiecesGiveTheSameBits) {
+  expect_overlapped_equals_blocking<float>(4096, 1, false, 64);  // 16 floats per message
+  expect_overlapped_equals_blocking<double>(DataParallelOptions{}.bucket_bytes, 2, true, 200);
+  testing::Trainer<float> t(testing::task_config(23, 0.0));
+  DataParallelOptions options;
+  options.piece_bytes = sizeof(float) - 1;
+  EXPECT_THROW(DataParallel<float>(t.model.parameters(), MPI_COMM_WORLD, options), ConfigError);
 }
 
 TEST(DataParallelOverlapped, ARankWithoutBackwardStartsItsSumsAtFinish) {

@@ -31,7 +31,8 @@
 // largest tensor (base: 76 MB of 252 MB); its sum starts only when backward has ended. A small
 // model (the 'small' preset: 30 MB) is cut into min_buckets = 4 buckets of at most a quarter of it,
 // so its embedding (27% of it) is a bucket of its own and its layers' three overlap backward.
-// Each in-flight bucket needs its own scratch (1/N of it), and a bucket that packs its own copy.
+// Each in-flight bucket needs its own scratch (one piece of a ring message, DataParallelOptions::
+// piece_bytes), and a bucket that packs its own copy.
 #pragma once
 
 #include <mpi.h>
@@ -62,6 +63,9 @@ class ReplicaError : public Error {
 struct DataParallelOptions {
   std::size_t bucket_bytes = std::size_t{32} << 20;  ///< gradients packed per all-reduce, at most
   std::size_t min_buckets = 4;  ///< buckets are at most 1/min_buckets of all gradients (>= 1)
+  /// Values per message of the ring's reduce-scatter steps, in bytes: each sum in flight holds
+  /// one such piece as scratch (kRingPieceValues of float by default).
+  std::size_t piece_bytes = std::size_t{4} << 20;
 };
 
 /// Sums gradients and loss statistics over the ranks of a communicator. Every rank constructs
@@ -77,6 +81,10 @@ class DataParallel {
                "DataParallel: bucket_bytes must hold one value, got ", options.bucket_bytes);
     ATTN_CHECK(options.min_buckets >= 1, ConfigError,
                "DataParallel: min_buckets must be at least 1, got ", options.min_buckets);
+    ATTN_CHECK(options.piece_bytes >= sizeof(T), ConfigError,
+               "DataParallel: piece_bytes must hold one value, got ", options.piece_bytes);
+    piece_ = static_cast<Index>(
+        std::min<std::size_t>(options.piece_bytes / sizeof(T), std::numeric_limits<int>::max()));
     rank_ = detail::comm_rank(comm_);
     ranks_ = detail::comm_size(comm_);
     plan_buckets(bucket_capacity(options));
@@ -104,11 +112,11 @@ class DataParallel {
     if (ranks_ == 1) return;
     for (const Bucket& b : buckets_) {
       if (b.in_place != nullptr) {
-        ring_all_reduce(b.in_place, b.span, scratch_.data(), comm_);
+        ring_all_reduce(b.in_place, b.span, scratch_.data(), comm_, piece_);
         continue;
       }
       pack(b, packed_.data());
-      ring_all_reduce(packed_.data(), b.span, scratch_.data(), comm_);
+      ring_all_reduce(packed_.data(), b.span, scratch_.data(), comm_, piece_);
       unpack(b, packed_.data());
     }
   }
@@ -244,7 +252,7 @@ class DataParallel {
   struct Flight {
     RingInFlight<T> ring;
     std::vector<T> packed;    // [span] when the bucket packs
-    std::vector<T> scratch;   // [span / N + 1] one incoming chunk
+    std::vector<T> scratch;   // [ring_scratch_values] one incoming piece
     std::size_t waiting = 0;  // members not yet final
     bool started = false, reduced = false;
   };
@@ -271,7 +279,8 @@ class DataParallel {
       const Index n = buckets_[b].span;
       if (buckets_[b].in_place == nullptr)
         flights_[b].packed.assign(static_cast<std::size_t>(n), T(0));
-      flights_[b].scratch.assign(static_cast<std::size_t>(n / ranks_ + 1), T(0));
+      flights_[b].scratch.assign(static_cast<std::size_t>(ring_scratch_values(n, ranks_, piece_)),
+                                 T(0));
     }
   }
 
@@ -288,7 +297,8 @@ class DataParallel {
       data = f.packed.data();
       pack(buckets_[b], data);
     }
-    f.ring.start(data, buckets_[b].span, f.scratch.data(), comm_, kFirstTag + static_cast<int>(b));
+    f.ring.start(data, buckets_[b].span, f.scratch.data(), comm_, kFirstTag + static_cast<int>(b),
+                 piece_);
   }
 
   // Every ring in flight takes the steps whose messages have arrived.
@@ -336,7 +346,7 @@ class DataParallel {
     }
     close();
     packed_.assign(static_cast<std::size_t>(largest_packed), T(0));
-    scratch_.assign(static_cast<std::size_t>(largest / ranks_ + 1), T(0));
+    scratch_.assign(static_cast<std::size_t>(ring_scratch_values(largest, ranks_, piece_)), T(0));
   }
 
   // Sets b.in_place and b.span: the members' gradients lie in one range when they are views of one
@@ -374,9 +384,10 @@ class DataParallel {
   std::vector<NamedParameter<T>> params_;
   MPI_Comm comm_;
   int rank_ = 0, ranks_ = 1;
+  Index piece_ = kRingPieceValues;  // values per reduce-scatter message
   std::vector<Bucket> buckets_;
   std::vector<T> packed_;                  // [largest packed bucket]
-  std::vector<T> scratch_;                 // [largest bucket / N + 1] one incoming chunk
+  std::vector<T> scratch_;                 // [ring_scratch_values(largest bucket)] one piece
   mutable std::vector<double> all_stats_;  // [N, 4] every rank's statistics
   std::vector<std::size_t> bucket_of_;     // [params] the bucket of each parameter
   std::vector<Flight> flights_;            // [buckets] overlapped sums, from the first

@@ -10,13 +10,15 @@
 // are then copied around the ring. So the result depends only on N, is the same from run to run,
 // and is the same bits on every rank. It sends 2 (N - 1) / N of the buffer per rank, as MPI's own
 // ring does. For N = 2 the sum is g_0 + g_1 on every chunk (addition commutes exactly in IEEE
-// arithmetic).
+// arithmetic). The reduce-scatter steps move their chunks in pieces of a bounded size, so a sum
+// needs a few MiB of scratch however large its buffer is.
 //
 // This header needs MPI (link attn::mpi).
 #pragma once
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <string>
@@ -72,16 +74,35 @@ inline int max_tag(MPI_Comm comm) {
 /// The first element of chunk c when n elements are split over N ranks: [n c / N, n (c+1) / N).
 inline Index ring_chunk_begin(Index n, int c, int ranks) { return n * c / ranks; }
 
+/// Values per message of a ring's reduce-scatter steps unless told otherwise. What arrives in such
+/// a step waits in scratch until it is added, so this bounds the scratch of each sum in flight
+/// (4 MiB of float) whatever the size of the buffer; messages this long still run at the link's
+/// bandwidth.
+inline constexpr Index kRingPieceValues = Index{1} << 20;
+
+/// One message of a ring step: send [send_begin, + send_count) to the right neighbour, receive
+/// recv_count values from the left, into scratch to be added at recv_begin (`adds`), or straight
+/// to recv_begin.
+struct RingMessage {
+  Index send_begin = 0, recv_begin = 0;
+  int send_count = 0, recv_count = 0;
+  bool adds = false;
+};
+
 /// The steps of a ring all-reduce of n elements as rank `rank` of `ranks` runs them. Step s sends
 /// chunk rank - s to the right neighbour and receives chunk rank - s - 1 (mod N) from the left.
 /// The first N - 1 steps (reduce-scatter) add what arrives to this rank's own values of that chunk:
-/// chunk c starts at rank c, so after them rank r holds the finished chunk r + 1. The other N - 1
-/// steps (all-gather) copy the finished chunks once around the ring.
+/// chunk c starts at rank c, so after them rank r holds the finished chunk r + 1. They move each
+/// chunk in pieces of at most `piece` values, one message each; each element is still added once
+/// per step, in the same order. The other N - 1 steps (all-gather) copy the finished chunks once
+/// around the ring, one message each.
 class RingSchedule {
  public:
-  RingSchedule(Index n, int rank, int ranks) : n_(n), rank_(rank), ranks_(ranks) {
+  RingSchedule(Index n, int rank, int ranks, Index piece = kRingPieceValues)
+      : n_(n), piece_(piece), rank_(rank), ranks_(ranks) {
     ATTN_CHECK(n / ranks + 1 <= static_cast<Index>(std::numeric_limits<int>::max()), ConfigError,
                "ring all-reduce: ", n, " elements make chunks too large for one MPI message");
+    ATTN_CHECK(piece >= 1, ConfigError, "ring all-reduce: pieces must hold a value, got ", piece);
   }
   int steps() const { return ranks_ == 1 || n_ == 0 ? 0 : 2 * (ranks_ - 1); }
   bool adds(int s) const { return s + 1 < ranks_; }
@@ -92,11 +113,39 @@ class RingSchedule {
   int right() const { return (rank_ + 1) % ranks_; }
   int left() const { return (rank_ + ranks_ - 1) % ranks_; }
 
+  /// The messages of step s: one for an all-gather step; for a reduce-scatter step, the pieces of
+  /// the largest chunk (at least one), the same number on every rank, so that each message sent
+  /// meets one posted to receive it (a chunk with fewer pieces sends empty ones at the end).
+  int messages(int s) const {
+    if (!adds(s)) return 1;
+    const Index most = (n_ + ranks_ - 1) / ranks_;
+    return most == 0 ? 1 : static_cast<int>(1 + (most - 1) / piece_);
+  }
+
+  /// Message k of step s (k < messages(s)).
+  RingMessage message(int s, int k) const {
+    if (!adds(s))
+      return {begin(send_chunk(s)), begin(recv_chunk(s)), count(send_chunk(s)),
+              count(recv_chunk(s)), false};
+    const auto first = [&](int c) { return std::min<Index>(Index{k} * piece_, count(c)); };
+    const auto size = [&](int c) {
+      return static_cast<int>(std::min<Index>(piece_, count(c) - first(c)));
+    };
+    const int send = send_chunk(s), recv = recv_chunk(s);
+    return {begin(send) + first(send), begin(recv) + first(recv), size(send), size(recv), true};
+  }
+
  private:
   int mod(int c) const { return ((c % ranks_) + ranks_) % ranks_; }
-  Index n_;
+  Index n_, piece_;
   int rank_, ranks_;
 };
+
+/// The scratch a ring all-reduce of n values over `ranks` needs: one piece that arrives in a
+/// reduce-scatter step (a chunk, n / ranks + 1 values at most, if that is smaller).
+inline Index ring_scratch_values(Index n, int ranks, Index piece = kRingPieceValues) {
+  return std::min(piece, n / ranks + 1);
+}
 
 namespace detail {
 
@@ -109,40 +158,43 @@ void ring_add(T* mine, const T* arrived, int count) {
 }  // namespace detail
 
 /// Sums data[0, n) over the ranks of `comm` in place (RingSchedule, over MPI_Sendrecv): the same
-/// bits on every rank and in every run with the same number of ranks. `scratch` must hold
-/// n / N + 1 elements. Every rank must call it with the same n.
+/// bits on every rank and in every run with the same number of ranks, whatever `piece`. `scratch`
+/// must hold ring_scratch_values(n, N, piece) elements. Every rank must call it with the same n.
 template <class T>
-void ring_all_reduce(T* data, Index n, T* scratch, MPI_Comm comm) {
-  const RingSchedule ring(n, detail::comm_rank(comm), detail::comm_size(comm));
+void ring_all_reduce(T* data, Index n, T* scratch, MPI_Comm comm, Index piece = kRingPieceValues) {
+  const RingSchedule ring(n, detail::comm_rank(comm), detail::comm_size(comm), piece);
   const MPI_Datatype type = detail::mpi_datatype<T>();
-  for (int s = 0; s < ring.steps(); ++s) {
-    const int send = ring.send_chunk(s), recv = ring.recv_chunk(s), tag = ring.adds(s) ? 0 : 1;
-    T* into = ring.adds(s) ? scratch : data + ring.begin(recv);
-    detail::mpi_check(
-        MPI_Sendrecv(data + ring.begin(send), ring.count(send), type, ring.right(), tag, into,
-                     ring.count(recv), type, ring.left(), tag, comm, MPI_STATUS_IGNORE),
-        "MPI_Sendrecv");
-    if (ring.adds(s)) detail::ring_add(data + ring.begin(recv), scratch, ring.count(recv));
-  }
+  for (int s = 0; s < ring.steps(); ++s)
+    for (int k = 0; k < ring.messages(s); ++k) {
+      const RingMessage m = ring.message(s, k);
+      const int tag = m.adds ? 0 : 1;
+      T* into = m.adds ? scratch : data + m.recv_begin;
+      detail::mpi_check(
+          MPI_Sendrecv(data + m.send_begin, m.send_count, type, ring.right(), tag, into,
+                       m.recv_count, type, ring.left(), tag, comm, MPI_STATUS_IGNORE),
+          "MPI_Sendrecv");
+      if (m.adds) detail::ring_add(data + m.recv_begin, scratch, m.recv_count);
+    }
 }
 
-/// One ring_all_reduce() in flight: the same steps, chunks and additions, each step an MPI_Isend
-/// and an MPI_Irecv, and step s + 1 posted only once both of step s have completed (its partial sum
+/// One ring_all_reduce() in flight: the same messages and additions, each message an MPI_Isend and
+/// an MPI_Irecv, and the next posted only once both of the last have completed (its partial sum
 /// arrived and was added). progress() never waits; wait() does. Allocates nothing.
 template <class T>
 class RingInFlight {
  public:
-  /// Starts summing data[0, n) in place; `scratch` holds n / N + 1 elements. Both must stay
-  /// untouched until done(). Every rank must start the same sums with the same n and tag; sums
-  /// in flight at once between the same ranks need different tags.
-  void start(T* data, Index n, T* scratch, MPI_Comm comm, int tag) {
+  /// Starts summing data[0, n) in place; `scratch` holds ring_scratch_values(n, N, piece)
+  /// elements. Both must stay untouched until done(). Every rank must start the same sums with the
+  /// same n, piece and tag; sums in flight at once between the same ranks need different tags.
+  void start(T* data, Index n, T* scratch, MPI_Comm comm, int tag, Index piece = kRingPieceValues) {
     ATTN_ASSERT(done());
-    ring_ = RingSchedule(n, detail::comm_rank(comm), detail::comm_size(comm));
+    ring_ = RingSchedule(n, detail::comm_rank(comm), detail::comm_size(comm), piece);
     data_ = data;
     scratch_ = scratch;
     comm_ = comm;
     tag_ = tag;
     step_ = 0;
+    message_ = 0;
     if (step_ < ring_.steps()) post();
   }
 
@@ -171,30 +223,31 @@ class RingInFlight {
  private:
   void post() {
     const MPI_Datatype type = detail::mpi_datatype<T>();
-    const int send = ring_.send_chunk(step_), recv = ring_.recv_chunk(step_);
-    T* into = ring_.adds(step_) ? scratch_ : data_ + ring_.begin(recv);
-    detail::mpi_check(
-        MPI_Irecv(into, ring_.count(recv), type, ring_.left(), tag_, comm_, &requests_[0]),
-        "MPI_Irecv");
-    detail::mpi_check(MPI_Isend(data_ + ring_.begin(send), ring_.count(send), type, ring_.right(),
-                                tag_, comm_, &requests_[1]),
+    const RingMessage m = ring_.message(step_, message_);
+    T* into = m.adds ? scratch_ : data_ + m.recv_begin;
+    detail::mpi_check(MPI_Irecv(into, m.recv_count, type, ring_.left(), tag_, comm_, &requests_[0]),
+                      "MPI_Irecv");
+    detail::mpi_check(MPI_Isend(data_ + m.send_begin, m.send_count, type, ring_.right(), tag_,
+                                comm_, &requests_[1]),
                       "MPI_Isend");
   }
 
-  // Step step_ has arrived and been sent: add what arrived (reduce-scatter), post the next.
+  // The last message has arrived and been sent: add what arrived (reduce-scatter), post the next.
   void next_step() {
-    if (ring_.adds(step_)) {
-      const int recv = ring_.recv_chunk(step_);
-      detail::ring_add(data_ + ring_.begin(recv), scratch_, ring_.count(recv));
+    const RingMessage m = ring_.message(step_, message_);
+    if (m.adds) detail::ring_add(data_ + m.recv_begin, scratch_, m.recv_count);
+    if (++message_ == ring_.messages(step_)) {
+      message_ = 0;
+      ++step_;
     }
-    if (++step_ < ring_.steps()) post();
+    if (!done()) post();
   }
 
   RingSchedule ring_{0, 0, 1};
   T* data_ = nullptr;
   T* scratch_ = nullptr;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int tag_ = 0, step_ = 0;
+  int tag_ = 0, step_ = 0, message_ = 0;
   std::array<MPI_Request, 2> requests_{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 
