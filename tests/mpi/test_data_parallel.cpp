@@ -105,10 +105,11 @@ TEST(RingAllReduce, PiecesOfAnySizeGiveTheSameBitsInBothForms) {
       ring.start(in_flight.data(), n, room.data(), MPI_COMM_WORLD, 5, piece);
       ring.wait();
       ASSERT_TRUE(ring.done());
-      ASSERT_EQ(0, std::memcmp(whole.data(), blocking.data(), n * sizeof(float)))
-          << "n " << n << " piece " << piece;
-      ASSERT_EQ(0, std::memcmp(whole.data(), in_flight.data(), n * sizeof(float)))
-          << "n " << n << " piece " << piece;
+      const auto same = [&](const std::vector<float>& x) {  // (no memcmp of null for n = 0)
+        return n == 0 || std::memcmp(whole.data(), x.data(), n * sizeof(float)) == 0;
+      };
+      ASSERT_TRUE(same(blocking)) << "n " << n << " piece " << piece;
+      ASSERT_TRUE(same(in_flight)) << "n " << n << " piece " << piece;
     }
   }
 }
