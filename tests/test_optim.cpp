@@ -149,31 +149,6 @@ TEST(Adam, VectorUpdateMatchesTheScalarLoop) {
   }
 }
 
-#if defined(ATTN_HAVE_AVX512)
-// The AVX2 update is the AVX-512 one eight lanes at a time: the same bits, including the tail.
-TEST(Adam, Avx512AndAvx2UpdatesGiveTheSameBits) {
-  namespace kd = kernels::detail;
-  if (!kd::cpu_has_avx512() || !kd::cpu_has_avx2_fma())
-    GTEST_SKIP() << "needs a CPU with both AVX-512 and AVX2";
-  const Index n = 1037;
-  for (const float decay : {0.0f, 0.01f}) {
-    Tensor<float> x({n}), g({n}), m({n}), v({n});
-    Rng rng(5);
-    fill_normal(x, rng, 0, 1);
-    fill_normal(g, rng, 0, 0.1);
-    fill_normal(m, rng, 0, 0.01);
-    fill_uniform(v, rng, 0, 1e-3);
-    const kernels::AdamCoefficients<float> c{0.9f, 0.98f, 0.1f, 0.02f, 3e-3f, 0.44f, 1e-9f, decay};
-    std::vector<Tensor<float>> a{x.clone(), m.clone(), v.clone()},
-        b{x.clone(), m.clone(), v.clone()};
-    kd::adam_update_avx512(a[0].data(), g.data(), a[1].data(), a[2].data(), n, c);
-    kd::adam_update_avx2(b[0].data(), g.data(), b[1].data(), b[2].data(), n, c);
-    for (std::size_t t = 0; t < 3; ++t)
-      for (Index i = 0; i < n; ++i) ASSERT_EQ(a[t].data()[i], b[t].data()[i]) << t << " " << i;
-  }
-}
-#endif
-
 TEST(Adam, BiasCorrectionMakesTheFirstStepLrTimesSign) {
   // m_hat = g and v_hat = g^2 after one step, so the update is lr * g / (|g| + eps) whatever the
   // gradient's scale; without the correction it would be lr * 0.1 / sqrt(0.02) = 0.707 lr.

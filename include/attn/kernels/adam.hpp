@@ -1,12 +1,18 @@
 // The elementwise update of Adam (train/adam.hpp), over one parameter tensor:
 //   g = grad + weight_decay * value;  m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 //   value += -step_size * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-// in parallel chunks. For float on a CPU with AVX-512 sixteen elements go at a time
-// (adam_update_avx512), with AVX2 eight (adam_update_avx2: the same operations, so the same bits);
-// the scalar loop is the path for double and other CPUs and the tests' reference. Each element is
-// computed alone, so the split over threads does not change a bit. The vector paths round every
-// product before adding it, as the scalar loop does unless the compiler contracts its multiply-adds
-// into FMAs (a build with -mfma or -march=native), where the two may differ by that rounding.
+// in parallel chunks. For float on a CPU with AVX2 (and so on every CPU with AVX-512) eight
+// elements go at a time (adam_update_avx2); the scalar loop is the path for double and other CPUs
+// and the tests' reference. Each element is computed alone, so the split over threads does not
+// change a bit. The vector path rounds every product before adding it, as the scalar loop does
+// unless the compiler contracts its multiply-adds into FMAs (a build with -mfma or
+// -march=native), where the two may differ by that rounding.
+//
+// There is no AVX-512 twin (there was one, with the same bits): per element, an update costs two
+// divisions and a square root, which run at the same rate per element in 8 and in 16 lanes on
+// Intel's cores (a zmm vdivps or vsqrtps takes twice a ymm one's issue slots), and it moves 28
+// bytes of memory, more than a core's share of the memory bandwidth at that rate: the wider
+// vector buys nothing.
 #pragma once
 
 #include <algorithm>
@@ -14,7 +20,6 @@
 #include <type_traits>
 
 #include "attn/kernels/detail/avx2.hpp"
-#include "attn/kernels/detail/avx512.hpp"
 #include "attn/parallel.hpp"
 #include "attn/tensor.hpp"
 
@@ -47,43 +52,15 @@ void adam_update_scalar(T* x, const T* g, T* m, T* v, Index n, const AdamCoeffic
 #if defined(ATTN_HAVE_AVX512)
 /// v, opaque to the compiler: a product passed through this is rounded before it is added. Under
 /// GCC's default -ffp-contract=fast a multiply feeding an add may become one FMA, and where it does
-/// depends on the instruction set and the surrounding code: with it the AVX2 and AVX-512 updates
-/// differed from each other and from the scalar loop (a moment 9e-7 off PyTorch's after 3 steps).
+/// depends on the instruction set and the surrounding code: with it the vector update differed
+/// from the scalar loop (a moment 9e-7 off PyTorch's after 3 steps).
 ATTN_TARGET_AVX2 inline __m256 rounded(__m256 v) {
   asm("" : "+x"(v));
   return v;
 }
-ATTN_TARGET_AVX512 inline __m512 rounded(__m512 v) {
-  asm("" : "+v"(v));
-  return v;
-}
 
-/// The update of adam_update_scalar on x, g, m, v [n], with masked loads and stores at the end.
-ATTN_TARGET_AVX512 inline void adam_update_avx512(float* x, const float* g, float* m, float* v,
-                                                  Index n, const AdamCoefficients<float>& c) {
-  const __m512 b1 = _mm512_set1_ps(c.beta1), b2 = _mm512_set1_ps(c.beta2);
-  const __m512 a1 = _mm512_set1_ps(c.one_minus_beta1), a2 = _mm512_set1_ps(c.one_minus_beta2);
-  const __m512 neg_step = _mm512_set1_ps(-c.step_size), eps = _mm512_set1_ps(c.eps);
-  const __m512 bc2 = _mm512_set1_ps(c.bias_correction2_sqrt), wd = _mm512_set1_ps(c.weight_decay);
-  const bool decay = c.weight_decay != 0.0f;
-  for (Index i = 0; i < n; i += 16) {
-    const __mmask16 k = lane_mask(n - i);
-    const __m512 xi = _mm512_maskz_loadu_ps(k, x + i);
-    __m512 gi = _mm512_maskz_loadu_ps(k, g + i);
-    if (decay) gi = _mm512_add_ps(gi, rounded(_mm512_mul_ps(wd, xi)));
-    const __m512 mi = _mm512_add_ps(rounded(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, m + i), b1)),
-                                    rounded(_mm512_mul_ps(a1, gi)));
-    const __m512 vi = _mm512_add_ps(rounded(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, v + i), b2)),
-                                    rounded(_mm512_mul_ps(_mm512_mul_ps(a2, gi), gi)));
-    const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_maskz_sqrt_ps(0xFFFF, vi), bc2), eps);
-    const __m512 xo = _mm512_add_ps(xi, _mm512_div_ps(_mm512_mul_ps(neg_step, mi), denom));
-    _mm512_mask_storeu_ps(m + i, k, mi);
-    _mm512_mask_storeu_ps(v + i, k, vi);
-    _mm512_mask_storeu_ps(x + i, k, xo);
-  }
-}
-
-/// adam_update_avx512 eight elements at a time.
+/// The update of adam_update_scalar on x, g, m, v [n], eight elements at a time, with masked loads
+/// and stores at the end.
 ATTN_TARGET_AVX2 inline void adam_update_avx2(float* x, const float* g, float* m, float* v, Index n,
                                               const AdamCoefficients<float>& c) {
   const __m256 b1 = _mm256_set1_ps(c.beta1), b2 = _mm256_set1_ps(c.beta2);
@@ -120,22 +97,19 @@ inline constexpr Index kAdamChunk = 8192;
 template <class T>
 void adam_update(T* x, const T* g, T* m, T* v, Index n, const AdamCoefficients<T>& c,
                  bool vectorized = true) {
-  bool avx512 = false, avx2 = false;
+  bool avx2 = false;
 #if defined(ATTN_HAVE_AVX512)
-  avx512 = vectorized && std::is_same_v<T, float> && detail::cpu_has_avx512();
   avx2 = vectorized && std::is_same_v<T, float> && detail::cpu_has_avx2_fma();
 #endif
   (void)vectorized;
   parallel_for_chunks(n, detail::kAdamChunk, kParallelMinOptimizer, [&](Index b, Index len) {
 #if defined(ATTN_HAVE_AVX512)
     if constexpr (std::is_same_v<T, float>) {
-      if (avx512) return detail::adam_update_avx512(x + b, g + b, m + b, v + b, len, c);
       if (avx2) return detail::adam_update_avx2(x + b, g + b, m + b, v + b, len, c);
     }
 #endif
     detail::adam_update_scalar(x + b, g + b, m + b, v + b, len, c);
   });
-  (void)avx512;
   (void)avx2;
 }
 
