@@ -3,11 +3,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
@@ -15,6 +11,7 @@
 #include <attn/error.hpp>
 #include <attn/strict_number.hpp>
 #include <attn/train/atomic_file.hpp>
+#include <attn/train/regular_file.hpp>
 
 #include "gettext_corpus.hpp"  // stable_hash
 
@@ -23,6 +20,10 @@ namespace {
 
 constexpr const char* kModelFile = "spm.model";
 constexpr const char* kInfoFile = "vocab.txt";
+// The largest files the readers take: a sentencepiece model of 37,000 pieces is about 1 MB (one
+// of a million pieces some 30 MB); vocab.txt is three short lines.
+constexpr std::size_t kMaxModelBytes = std::size_t{256} << 20;
+constexpr std::size_t kMaxInfoBytes = 4096;
 constexpr const char* kInfoMagic = "attn-translate-vocab";
 
 class VectorIterator : public sentencepiece::SentenceIterator {
@@ -40,12 +41,6 @@ class VectorIterator : public sentencepiece::SentenceIterator {
 
 std::string path_in(const std::string& dir, const char* file) {
   return (std::filesystem::path(dir) / file).string();
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ATTN_CHECK(in.good(), IOError, "cannot open '", path, "' for reading: ", std::strerror(errno));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 // Atomic: a full disk or a kill leaves the old file (or none), never a partial spm.model.
@@ -123,7 +118,7 @@ SubwordVocab SubwordVocab::train(const std::vector<std::string>& sentences, cons
 
 VocabFingerprint read_vocab_fingerprint(const std::string& dir) {
   const std::string path = path_in(dir, kInfoFile);
-  std::istringstream in(read_file(path));
+  std::istringstream in(read_regular_file(path, kMaxInfoBytes));
   std::string magic, size_key, hash_key, hash_hex;
   int version = 0;
   VocabFingerprint f;
@@ -141,12 +136,15 @@ VocabFingerprint read_vocab_fingerprint(const std::string& dir) {
   ATTN_CHECK(hash.has_value(), FormatError, "'", path, "': hash '", hash_hex,
              "' is not hexadecimal");
   f.hash = *hash;
+  std::string rest;
+  ATTN_CHECK(!(in >> rest), FormatError, "'", path, "': unexpected '", rest,
+             "' after the hash line");
   return f;
 }
 
 SubwordVocab SubwordVocab::load(const std::string& dir) {
   const std::string model_path = path_in(dir, kModelFile);
-  SubwordVocab vocab(from_bytes(read_file(model_path), model_path));
+  SubwordVocab vocab(from_bytes(read_regular_file(model_path, kMaxModelBytes), model_path));
   vocab.check_directory(dir);
   return vocab;
 }

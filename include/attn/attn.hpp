@@ -1,6 +1,7 @@
 // The one header users include: the whole of attn but the headers that read or write safetensors
 // files (train/safetensors*.hpp, checkpoint.hpp, averaging.hpp, model_file.hpp), which also need
-// nlohmann-json (CMake target attn::checkpoint), and their POSIX file writer atomic_file.hpp;
+// nlohmann-json (CMake target attn::checkpoint), and their POSIX file writer and reader
+// (atomic_file.hpp, regular_file.hpp);
 // train/data_parallel.hpp and ring_all_reduce.hpp, which need MPI (attn::mpi); and
 // kernels/gemm_naive.hpp, the tests' reference product.
 #pragma once

@@ -444,7 +444,7 @@ TEST_F(Cli, BadTranslateInputIsRefusedAndTheOutputKept) {
 
   const std::string no_model = dir("no_model");
   expect_error(run("translate --model-dir " + no_model),
-               {"cannot open '" + no_model + "/spm.model' for reading"});
+               {"cannot open " + no_model + "/spm.model: No such file or directory"});
   EXPECT_EQ(read_file(out), "previous results\n");
 }
 

@@ -2,7 +2,8 @@
 // old one untouched, whatever happens (a full disk, a crash, SIGKILL). Every file attn or its
 // example CLI writes goes through write_file_atomically.
 //
-// The protocol: create "<path>.tmp.<pid>" in the same directory with O_CREAT|O_EXCL|O_NOFOLLOW
+// Only a regular file (or nothing) at <path> is replaced; anything else there is refused. The
+// protocol: create "<path>.tmp.<pid>" in the same directory with O_CREAT|O_EXCL|O_NOFOLLOW
 // (a file or symlink planted under that name is refused, never followed or truncated), write,
 // fsync, close, rename over <path>, then fsync the directory so the rename survives a power loss.
 // Any failure up to and including the rename removes the temporary file and throws IOError; the
@@ -24,6 +25,7 @@
 #include <string>
 
 #include "attn/error.hpp"
+#include "attn/train/regular_file.hpp"
 
 namespace attn {
 
@@ -103,6 +105,13 @@ struct AtomicWriteResult {
 /// with the old file untouched and no temporary file left.
 inline AtomicWriteResult write_file_atomically(
     const std::string& path, const std::function<bool(int fd, std::size_t& written)>& body) {
+  // The rename below replaces whatever is at `path`: a device, a FIFO or a symbolic link would be
+  // swapped for a regular file (run as root, /dev/full itself). Only a regular file is replaced.
+  struct stat target {};
+  if (::lstat(path.c_str(), &target) == 0)
+    ATTN_CHECK(S_ISREG(target.st_mode), IOError, "refusing to write ", path, ": it is ",
+               detail::file_kind(target.st_mode),
+               ", and a file is written by replacing it whole (give the path of a regular file)");
   const std::string tmp = atomic_temp_path(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0 && errno == EEXIST) {
@@ -138,9 +147,8 @@ inline AtomicWriteResult write_file_atomically(
 /// write_file_atomically of the bytes [data, data + n).
 inline AtomicWriteResult write_file_atomically(const std::string& path, const void* data,
                                                std::size_t n) {
-  return write_file_atomically(path, [&](int fd, std::size_t& written) {
-    return detail::write_all(fd, data, n, written);
-  });
+  return write_file_atomically(
+      path, [&](int fd, std::size_t& written) { return detail::write_all(fd, data, n, written); });
 }
 inline AtomicWriteResult write_file_atomically(const std::string& path, const std::string& text) {
   return write_file_atomically(path, text.data(), text.size());

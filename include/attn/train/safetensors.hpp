@@ -22,12 +22,7 @@
 // either the target afterwards holds the complete new file, or it is untouched.
 #pragma once
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -41,6 +36,7 @@
 
 #include "attn/tensor.hpp"
 #include "attn/train/atomic_file.hpp"
+#include "attn/train/regular_file.hpp"
 #include "attn/train/safetensors_header.hpp"
 #include "attn/train/safetensors_types.hpp"
 
@@ -278,33 +274,12 @@ inline SafetensorsFile parse_safetensors(std::vector<unsigned char> bytes,
   return f;
 }
 
-/// Reads and validates the whole file. IOError naming the path if it cannot be read; FormatError
-/// if its content is not a well-formed safetensors file.
+/// Reads and validates the whole file. IOError naming the path if it cannot be read or is not a
+/// regular file (RegularFile); FormatError if its content is not a well-formed safetensors file.
 inline SafetensorsFile load_safetensors(const std::string& path) {
-  std::vector<unsigned char> bytes;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  ATTN_CHECK(fd >= 0, IOError, "cannot open ", path, ": ", detail::errno_text(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int err = S_ISDIR(st.st_mode) ? EISDIR : errno;
-    ::close(fd);
-    throw IOError(detail::concat("cannot read ", path, ": ",
-                                 err ? detail::errno_text(err) : "not a regular file"));
-  }
-  bytes.resize(static_cast<std::size_t>(st.st_size));
-  std::size_t got = 0;
-  while (got < bytes.size()) {
-    const ssize_t k = ::read(fd, bytes.data() + got, bytes.size() - got);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      const int err = errno;
-      ::close(fd);
-      throw IOError(detail::concat("cannot read ", path, ": ",
-                                   k == 0 ? "file shrank while reading" : detail::errno_text(err)));
-    }
-    got += static_cast<std::size_t>(k);
-  }
-  ::close(fd);
+  const RegularFile file(path, std::numeric_limits<std::size_t>::max());
+  std::vector<unsigned char> bytes(file.size());
+  file.read_all(bytes.data());
   return parse_safetensors(std::move(bytes), path);
 }
 

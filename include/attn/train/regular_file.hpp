@@ -1,0 +1,96 @@
+// The files of a model directory (weights, checkpoints, the vocabulary) read as untrusted input:
+// each must be a regular file no larger than its reader's cap, both checked before a byte is
+// allocated. A FIFO put in place of one would block the open or the read forever, and a device
+// such as /dev/zero would never end. The open is non-blocking, so even a FIFO without a writer is
+// refused at once; the checks then run on the open descriptor, so the file cannot be swapped in
+// between. (Text the user names on the command line may well be a pipe, `--src <(zcat ...)`: that
+// is read elsewhere, as a stream.) The writer's side is atomic_file.hpp. POSIX only.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <string>
+
+#include "attn/error.hpp"
+
+namespace attn {
+
+namespace detail {
+
+/// What a stat mode is, for messages: "a directory", "a FIFO", ...
+inline const char* file_kind(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+}  // namespace detail
+
+/// An open regular file and its size; closes the descriptor when it goes.
+class RegularFile {
+ public:
+  /// Opens `path`; IOError naming it unless it is a regular file of at most max_bytes bytes.
+  RegularFile(const std::string& path, std::size_t max_bytes) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    ATTN_CHECK(fd_ >= 0, IOError, "cannot open ", path, ": ", std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) fail(std::string("cannot stat it: ") + std::strerror(errno));
+    if (!S_ISREG(st.st_mode))
+      fail(std::string("expected a regular file, found ") + detail::file_kind(st.st_mode));
+    size_ = static_cast<std::size_t>(st.st_size);
+    if (size_ > max_bytes)
+      fail(detail::concat("it holds ", size_, " bytes, more than the ", max_bytes,
+                          " this reader accepts"));
+    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);  // reads of a regular file block
+  }
+  RegularFile(const RegularFile&) = delete;
+  RegularFile& operator=(const RegularFile&) = delete;
+  ~RegularFile() { ::close(fd_); }
+
+  int fd() const { return fd_; }
+  std::size_t size() const { return size_; }
+
+  /// Reads all size() bytes into `out` (which holds as many); IOError if the file ends early or a
+  /// read fails.
+  void read_all(void* out) const {
+    auto* p = static_cast<unsigned char*>(out);
+    std::size_t got = 0;
+    while (got < size_) {
+      const ssize_t k = ::read(fd_, p + got, size_ - got);
+      if (k < 0 && errno == EINTR) continue;
+      ATTN_CHECK(k > 0, IOError, "cannot read ", path_, ": ",
+                 k < 0 ? std::strerror(errno) : "the file ended early (truncated while read?)");
+      got += static_cast<std::size_t>(k);
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& why) {
+    ::close(fd_);
+    throw IOError(detail::concat("cannot read ", path_, ": ", why));
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  std::size_t size_ = 0;
+};
+
+/// The bytes of the regular file `path`, at most max_bytes of them (else IOError naming it).
+inline std::string read_regular_file(const std::string& path, std::size_t max_bytes) {
+  const RegularFile file(path, max_bytes);
+  std::string bytes(file.size(), '\0');
+  file.read_all(bytes.data());
+  return bytes;
+}
+
+}  // namespace attn
