@@ -1,11 +1,58 @@
 #include "cli_common.hpp"
 
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+
+#include <attn/error.hpp>
+
 namespace attn::translate {
 
+namespace {
+
+// A validator of numbers: "" when ok(value), else "expected <expected>, got <input>".
+template <class Ok>
+CLI::Validator number_check(const std::string& name, const std::string& expected, Ok ok) {
+  return CLI::Validator(
+      [=](std::string& input) {
+        double value = 0;
+        if (CLI::detail::lexical_cast(input, value) && ok(value)) return std::string();
+        return "expected " + expected + ", got " + input;
+      },
+      name);
+}
+
+}  // namespace
+
+const CLI::Validator& positive() {
+  static const CLI::Validator v =
+      number_check("POSITIVE", "a number > 0", [](double x) { return x > 0; });
+  return v;
+}
+
+const CLI::Validator& finite_non_negative() {
+  static const CLI::Validator v = number_check("NONNEGATIVE", "a finite number >= 0",
+                                               [](double x) { return std::isfinite(x) && x >= 0; });
+  return v;
+}
+
+CLI::Validator in_range(double lo, double hi) {
+  const std::string range =
+      "[" + CLI::detail::to_string(lo) + "," + CLI::detail::to_string(hi) + "]";
+  return number_check(range, "a number in " + range, [=](double x) { return x >= lo && x <= hi; });
+}
+
+void check_stdout(const std::string& what) {
+  errno = 0;
+  std::cout.flush();
+  const int err = errno;
+  ATTN_CHECK(std::cout.good(), IOError, "cannot write ", what,
+             " to standard output: ", err != 0 ? std::strerror(err) : "a write failed");
+}
+
 void add_threads(CLI::App* app, int& threads) {
-  app->add_option("--threads", threads, "worker threads")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  app->add_option("--threads", threads, "worker threads")->capture_default_str()->check(positive());
 }
 
 bool threads_given(const CLI::App& sub) {
@@ -14,13 +61,13 @@ bool threads_given(const CLI::App& sub) {
 }
 
 void add_decode_flags(CLI::App* app, TranslateOptions& o) {
-  app->add_option("--beam", o.beam, "beam size")->capture_default_str()->check(CLI::PositiveNumber);
+  app->add_option("--beam", o.beam, "beam size")->capture_default_str()->check(positive());
   app->add_option("--alpha", o.alpha, "length penalty alpha of ((5+|Y|)/6)^alpha")
       ->capture_default_str();
   app->add_flag("--greedy", o.greedy, "greedy decoding instead of beam search (default: off)");
   app->add_option("--batch-size", o.batch_size, "sentences per decoding batch")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   app->add_option("--max-extra-length", o.max_extra_length,
                   "output may be this many tokens longer than the input")
       ->capture_default_str();

@@ -4,9 +4,22 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+
 #include "translator.hpp"
 
 namespace attn::translate {
+
+/// Checks of a flag's value: a number above 0, and a finite number of at least 0. (CLI11's
+/// PositiveNumber and NonNegativeNumber name a range up to DBL_MAX, printed in 310 digits.)
+const CLI::Validator& positive();
+const CLI::Validator& finite_non_negative();
+/// A number in [lo, hi].
+CLI::Validator in_range(double lo, double hi);
+
+/// IOError unless everything written to standard output so far got there (a full disk, a
+/// closed pipe); `what` names what was written.
+void check_stdout(const std::string& what);
 
 /// --threads on `app`, bound to `threads` (one variable for the main app and every subcommand).
 void add_threads(CLI::App* app, int& threads);

@@ -20,6 +20,11 @@ BleuScore score_hypotheses(const EvaluateCommand& c, const BleuOptions& b) {
   ATTN_CHECK(hyps.size() == refs.size(), DataError,
              "evaluate: expected one reference per hypothesis: '", c.hyp, "' has ", hyps.size(),
              " lines, '", c.ref, "' has ", refs.size());
+  ATTN_CHECK(!refs.empty(), DataError, "evaluate: '", c.ref, "' is empty: nothing to score");
+  // A blank reference is refused as in the --model-dir path (read_parallel): it matches nothing.
+  for (std::size_t i = 0; i < refs.size(); ++i)
+    ATTN_CHECK(refs[i].find_first_not_of(" \t") != std::string::npos, DataError, "evaluate: '",
+               c.ref, "' line ", i + 1, ": expected a reference sentence, found an empty line");
   return corpus_bleu(hyps, refs, b);
 }
 
@@ -28,6 +33,7 @@ BleuScore score_model(const EvaluateCommand& c, const BleuOptions& b) {
              "evaluate: give --model-dir and --src (or --hyp), got --model-dir '", c.model_dir,
              "', --src '", c.src, "'");
   const ParallelCorpus corpus = read_parallel(c.src, c.ref);
+  ATTN_CHECK(!corpus.src.empty(), DataError, "evaluate: '", c.src, "' is empty: nothing to score");
   Translator translator(c.model_dir);
   return translator.evaluate(corpus.src, corpus.tgt, c.decode, b, nullptr, "'" + c.src + "'");
 }
@@ -59,6 +65,7 @@ int run_evaluate(const EvaluateCommand& c) {
   b.tokenize = c.tokenize == "none" ? BleuTokenizer::kNone : BleuTokenizer::k13a;
   const BleuScore bleu = c.hyp.empty() ? score_model(c, b) : score_hypotheses(c, b);
   std::cout << bleu.str() << '\n';
+  check_stdout("the BLEU score");
   return 0;
 }
 

@@ -37,7 +37,7 @@ void add_data_flags(CLI::App* train, TrainDataFlags& f) {
       ->add_option("--sentence-weight", f.builtin.sentence_weight,
                    "copies of each dictionary sentence in the built-in training set")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(1, 1000));
   train
       ->add_option("--apt-lists-dir", f.builtin.apt_lists_dir,
                    "where apt keeps *_i18n_Translation-{en,de} (built-in corpus)")
@@ -82,7 +82,7 @@ void add_optimisation_flags(CLI::App* train, TrainCommand& c) {
       ->add_option("--clip-norm", t.clip_norm,
                    "clip the global gradient norm to this before each update (0: off)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_non_negative());
   train->add_option("--max-tokens", t.max_tokens, "padded tokens per batch")->capture_default_str();
   train->add_flag("--max-tokens-per-rank", c.max_tokens_per_rank,
                   "under mpirun, --max-tokens is one rank's share of a batch, not the whole "
@@ -155,8 +155,9 @@ void report_test(Trainer& trainer, const TrainOptions& t, const std::vector<std:
   const BleuScore bleu =
       saved.evaluate(test.src, test.tgt, TranslateOptions{}, trainer.bleu_options(), &hyps, "test");
   std::cout << "test BLEU (beam 4, alpha 0.6, model.safetensors = "
-            << (t.average > 1 ? "average of the last " + std::to_string(t.average) + " checkpoints"
-                              : std::string("last weights"))
+            << (trainer.averaged() > 1
+                    ? "average of the last " + std::to_string(trainer.averaged()) + " checkpoints"
+                    : std::string("last weights"))
             << "): " << bleu.str() << '\n';
   std::vector<std::size_t> shown(showcase.begin(), showcase.end());
   for (std::size_t i = 0; i < hyps.size(); ++i)
@@ -165,6 +166,7 @@ void report_test(Trainer& trainer, const TrainOptions& t, const std::vector<std:
   for (std::size_t i : shown)
     std::cout << "  English:   " << test.src[i] << "\n  attn:      " << hyps[i]
               << "\n  reference: " << test.tgt[i] << "\n\n";
+  check_stdout("the test BLEU and translations");
 }
 
 }  // namespace
@@ -186,6 +188,8 @@ CLI::App* add_train(CLI::App& app, TrainCommand& c, int& threads) {
 int run_train(TrainCommand& c, int threads, std::shared_ptr<Replicas>& replicas) {
   TrainOptions& t = c.options;
   t.threads = threads;
+  check_train_flags(t);  // before any data is read or a vocabulary trained
+  ATTN_CHECK(c.show >= 0, ConfigError, "--show must be >= 0, got ", c.show);
   apply_mix(c.data.mix, c.data.builtin);
   replicas =
       join_replicas(t, {threads_given(*c.app), c.max_tokens_per_rank, !c.no_overlap_all_reduce});

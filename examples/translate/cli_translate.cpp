@@ -1,6 +1,7 @@
 #include "cli_translate.hpp"
 
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include <attn/error.hpp>
@@ -31,7 +32,7 @@ std::vector<std::string> read_input(const std::string& path) {
 void write_output(const std::string& path, const std::vector<std::string>& lines) {
   if (path != "-") return write_lines(path, lines);
   for (const auto& l : lines) std::cout << l << '\n';
-  std::cout.flush();
+  check_stdout("the translations");
 }
 
 // Interactive: each line is answered as soon as it is read.
@@ -40,7 +41,9 @@ void translate_stream(const TranslateCommand& c) {
   std::size_t n = 0;
   for (std::string line; std::getline(std::cin, line);) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    std::cout << translator.translate({line}, c.decode, "<stdin>", ++n)[0] << std::endl;
+    if (n == 0) strip_utf8_bom(line);
+    std::cout << translator.translate({line}, c.decode, "<stdin>", ++n)[0] << '\n';
+    check_stdout("the translation of line " + std::to_string(n));
   }
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include <CLI/CLI.hpp>
+#include <attn/kernels/gemm.hpp>
 #include <attn/parallel.hpp>
 
 #include "cli_average.hpp"
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   std::shared_ptr<tr::Replicas> replicas;  // the ranks of an mpirun job (distributed.hpp)
   try {
     attn::set_num_threads(threads);
+    attn::kernels::gemm_path();  // a bad ATTN_GEMM is reported here, not inside a product
     if (*train_app) return tr::run_train(train, threads, replicas);
     if (*translate_app) return tr::run_translate(translate);
     if (*evaluate_app) return tr::run_evaluate(evaluate);

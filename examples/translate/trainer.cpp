@@ -241,12 +241,13 @@ void Trainer::finish() {
   if (opt_.evaluate && !validated && valid_batches_) run_validation();
   if (!checkpoint_is_current()) save_checkpoint();
   const int available = static_cast<int>(list_checkpoints(opt_.model_dir).size());
+  averaged_ = 0;
   if (opt_.average > 1 && available > 1) {
-    const int n = std::min(opt_.average, available);
-    if (n < opt_.average && !opt_.quiet)
-      std::cerr << "averaging the " << n << " checkpoints on disk (asked for " << opt_.average
-                << "; --keep is " << opt_.keep << ")\n";
-    average_last(opt_.model_dir, n);
+    averaged_ = std::min(opt_.average, available);
+    if (averaged_ < opt_.average && !opt_.quiet)
+      std::cerr << "averaging the " << averaged_ << " checkpoints on disk (asked for "
+                << opt_.average << "; --keep is " << opt_.keep << ")\n";
+    average_last(opt_.model_dir, averaged_);
   } else {
     save_model(final_model_path(opt_.model_dir), *model_, metadata());
   }

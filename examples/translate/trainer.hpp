@@ -110,6 +110,8 @@ class Trainer {
   /// is written and interrupted() is true.
   void train(Index max_updates = 0);
   bool interrupted() const { return interrupted_; }
+  /// The checkpoints finish() averaged into model.safetensors (0: it holds the last weights).
+  int averaged() const { return averaged_; }
   /// Writes checkpoint_<step>.safetensors and drops all but the last `keep`.
   std::string save_checkpoint();
   /// The final validation (unless options.evaluate is off), the final checkpoint,
@@ -172,6 +174,7 @@ class Trainer {
   Index train_tokens_ = 0;  // target tokens since the last progress point, for tokens/s
   double last_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
   bool interrupted_ = false;
+  int averaged_ = 0;  // by finish()
   std::string resumed_from_;
   std::vector<std::string> skipped_checkpoints_;
 };
@@ -179,6 +182,10 @@ class Trainer {
 /// Builds a TransformerConfig from the preset name and overrides; ConfigError for an unknown
 /// preset.
 TransformerConfig make_config(const TrainOptions& options, Index vocab);
+
+/// ConfigError naming the flag if a flag of `options` is out of its range, or (without --resume)
+/// the model they describe is not one that can be built: at once, before any data is read.
+void check_train_flags(const TrainOptions& options);
 
 /// Tokenizes parallel text into pairs for the Batcher.
 std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const ParallelCorpus& corpus);

@@ -3,6 +3,9 @@
 // checkpoint that loads. The loop, evaluation and checkpoints are in trainer.cpp.
 #include "trainer.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -53,6 +56,29 @@ std::unique_ptr<ModelDirLock> lock_model_dir(const TrainOptions& o) {
   return lock;
 }
 
+// ConfigError naming the flag unless the model of `c` is within ConfigLimits (as a model file's
+// must be) and its weights, gradients and Adam's two moments fit in this machine's memory.
+void check_model_size(const TransformerConfig& c) {
+  const struct {
+    const char* flag;
+    Index value, max;
+  } sizes[] = {{"--vocab-size", c.src_vocab, ConfigLimits::kMaxVocab},
+               {"--d-model", c.d_model, ConfigLimits::kMaxDModel},
+               {"--d-ff", c.d_ff, ConfigLimits::kMaxDff},
+               {"--layers", c.encoder_layers, ConfigLimits::kMaxLayers}};
+  for (const auto& f : sizes)
+    ATTN_CHECK(f.value <= f.max, ConfigError, f.flag, " ", f.value, " is more than the ", f.max,
+               " a model file may hold");
+  const double gib = std::ldexp(1.0, 30);
+  const double needed = 16.0 * static_cast<double>(min_parameter_count(c));
+  const double memory =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  ATTN_CHECK(memory <= 0 || needed <= memory, ConfigError, "a model of at least ",
+             min_parameter_count(c), " parameters needs ", needed / gib,
+             " GiB for its weights, gradients and Adam's moments, more than this machine's ",
+             memory / gib, " GiB (--d-model, --d-ff, --layers and --vocab-size set its size)");
+}
+
 }  // namespace
 
 TransformerConfig make_config(const TrainOptions& o, Index vocab) {
@@ -76,7 +102,43 @@ TransformerConfig make_config(const TrainOptions& o, Index vocab) {
   if (o.norm_first) c.norm_first = true;
   c.seed = o.seed;
   c.validate();
+  check_model_size(c);
   return c;
+}
+
+void check_train_flags(const TrainOptions& o) {
+  // What a checkpoint stores, within the range --resume accepts from one ("train.max_tokens" is
+  // --max-tokens).
+  o.visit_saved([](const std::string& key, const auto& value, bool, auto lo, auto hi) {
+    std::string flag = "--" + key.substr(key.find('.') + 1);
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    ATTN_CHECK(value >= lo && value <= hi, ConfigError, flag, " must be in [", lo, ", ", hi,
+               "], got ", value);
+  });
+  const struct {
+    const char* flag;
+    Index value;
+  } counts[] = {{"--d-model", o.d_model},
+                {"--layers", o.layers},
+                {"--heads", o.heads},
+                {"--d-ff", o.d_ff},
+                {"--steps", o.steps},
+                {"--valid-every", o.valid_every},
+                {"--checkpoint-every", o.checkpoint_every},
+                {"--average", o.average},
+                {"--log-every", o.log_every},
+                {"--bleu-sentences", o.bleu_sentences}};
+  for (const auto& c : counts)
+    ATTN_CHECK(c.value >= 0, ConfigError, c.flag, " must be >= 0 (0: see --help), got ", c.value);
+  ATTN_CHECK(!std::isnan(o.dropout), ConfigError, "--dropout must be a number, got NaN");
+  ATTN_CHECK(std::isfinite(o.minutes) && o.minutes >= 0, ConfigError,
+             "--minutes must be finite and >= 0 (0: no limit), got ", o.minutes);
+  ATTN_CHECK(o.keep >= 1, ConfigError, "--keep must be >= 1, got ", o.keep);
+  ATTN_CHECK(o.average <= o.keep, ConfigError, "--average ", o.average, " averages the last ",
+             o.average, " checkpoints, but --keep ", o.keep, " keeps only ", o.keep);
+  // The model the flags describe, before the vocabulary is trained (the real vocabulary may come
+  // out smaller than --vocab-size, never larger); a resumed run builds the checkpoint's model.
+  if (!o.resume) make_config(o, o.vocab_size);
 }
 
 std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const ParallelCorpus& c) {
@@ -163,6 +225,11 @@ void Trainer::build(const TransformerConfig& config) {
   data_fingerprint_ = fingerprint(*train_batches_);
   ATTN_CHECK(train_batches_->size() > 0, DataError, "train: every one of the ", data_.train.size(),
              " training pairs is longer than max_len ", opt_.max_len, " subword tokens");
+  Index epoch_tokens = 0;
+  for (const Batch& batch : train_batches_->batches()) epoch_tokens += batch.tgt_tokens;
+  ATTN_CHECK(opt_.tokens_per_update <= epoch_tokens, ConfigError, "--tokens-per-update ",
+             opt_.tokens_per_update, " is more than the ", epoch_tokens,
+             " target tokens of all the training data: an update may take at most one epoch");
   if (train_batches_->skipped() > 0 && !opt_.quiet)
     std::cerr << "train: left out " << train_batches_->skipped() << " of " << data_.train.size()
               << " training pairs longer than max_len " << opt_.max_len << " subword tokens\n";

@@ -64,15 +64,22 @@ inline std::atomic<GemmPath>& gemm_path_setting() {
   static std::atomic<GemmPath> path{GemmPath::automatic};
   return path;
 }
-/// ATTN_GEMM=eigen or avx2 in the environment, read once (avx2 only where the CPU has it).
+/// ATTN_GEMM in the environment, read once: unset or empty (automatic), eigen, avx2 or avx512;
+/// ConfigError for any other value, or a kernel this CPU or build cannot run.
 inline GemmPath gemm_path_from_env() {
   static const GemmPath path = [] {
     const char* v = std::getenv("ATTN_GEMM");
-    if (v != nullptr && std::strcmp(v, "eigen") == 0) return GemmPath::eigen;
+    if (v == nullptr || *v == '\0') return GemmPath::automatic;
+    if (std::strcmp(v, "eigen") == 0) return GemmPath::eigen;
+    const bool avx2 = std::strcmp(v, "avx2") == 0, avx512 = std::strcmp(v, "avx512") == 0;
+    ATTN_CHECK(avx2 || avx512, ConfigError,
+               "ATTN_GEMM: expected eigen, avx2, avx512 or nothing (automatic), got '", v, "'");
+    bool runs = false;
 #if defined(ATTN_HAVE_AVX512_GEMM)
-    if (v != nullptr && std::strcmp(v, "avx2") == 0 && cpu_has_avx2_fma()) return GemmPath::avx2;
+    runs = avx2 ? cpu_has_avx2_fma() : cpu_has_avx512();
 #endif
-    return GemmPath::automatic;
+    ATTN_CHECK(runs, ConfigError, "ATTN_GEMM=", v, ": this CPU or build has no ", v, " kernel");
+    return avx2 ? GemmPath::avx2 : GemmPath::avx512;
   }();
   return path;
 }
@@ -104,8 +111,8 @@ inline const char* gemm_path_name(GemmPath path) {
 }
 
 /// Forces a path for float products (automatic: AVX-512 when the CPU has it, else AVX2 when it
-/// has AVX2 and FMA, else Eigen; ATTN_GEMM=eigen or avx2 changes the automatic choice). Throws
-/// ConfigError for a kernel this CPU or build cannot run.
+/// has AVX2 and FMA, else Eigen; ATTN_GEMM=eigen, avx2 or avx512 changes the automatic choice).
+/// Throws ConfigError for a kernel this CPU or build cannot run.
 inline void set_gemm_path(GemmPath path) {
   ATTN_CHECK(gemm_path_available(path), ConfigError, "set_gemm_path: the ", gemm_path_name(path),
              " GEMM was asked for, but this CPU or build cannot run it");

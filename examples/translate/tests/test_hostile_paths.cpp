@@ -1,0 +1,222 @@
+// The defects a second hostile pass over attn-translate found (session 18): paths that are not
+// regular files (a FIFO hung the reader; an --output onto a FIFO, a symlink or a device was
+// replaced by a regular file), model-directory files of any size, train flags that hung
+// (--tokens-per-update beyond the data), allocated without bound (--layers 100000) or silently
+// meant something else (negative, NaN), a full standard output taken for success, a byte order
+// mark kept on interactive input, a wrong averaged-checkpoint count, nothing to score, and an
+// unknown ATTN_GEMM. Each is run as a user meets it, through the CLI.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "trainer.hpp"
+#include "translate_fixture.hpp"
+
+namespace tr = attn::translate;
+namespace fs = std::filesystem;
+using namespace attn::translate::testing;
+
+namespace {
+
+class HostilePaths : public TempDirTest {
+ protected:
+  static void SetUpTestSuite() {
+    suite_dir_ = fs::temp_directory_path() / ("attn_hostile_" + std::to_string(::getpid()));
+    fs::remove_all(suite_dir_);
+    tr::TrainOptions o = tiny_options((suite_dir_ / "model").string());
+    tr::Trainer t(o, split());
+    t.train(2);
+    t.finish();
+  }
+  static void TearDownTestSuite() { fs::remove_all(suite_dir_); }
+
+  static std::string model() { return (suite_dir_ / "model").string(); }
+  std::string model_copy() {
+    const std::string d = dir("model");
+    fs::copy(suite_dir_ / "model", d, fs::copy_options::recursive);
+    return d;
+  }
+  CliResult run(const std::string& args, const std::string& stdin_path = "/dev/null") {
+    return run_cli(args, root_.string(), stdin_path);
+  }
+  std::string input(const std::string& text) {
+    const std::string p = dir("in.txt");
+    write_file(p, text);
+    return p;
+  }
+  // A FIFO at `path`, with no writer: a reader that opens it blocking waits for ever.
+  static void make_fifo(const std::string& path) { ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0); }
+  static bool is_fifo(const std::string& path) {
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
+  }
+
+  static fs::path suite_dir_;
+};
+fs::path HostilePaths::suite_dir_;
+
+TEST_F(HostilePaths, OutputOntoAFifoOrASymlinkIsRefusedAndLeftAsItWas) {
+  // Both were replaced by a regular file, exit 0 (as root, --output /dev/full replaced the device).
+  const std::string fifo = dir("fifo"), target = dir("target.txt"), link = dir("link");
+  make_fifo(fifo);
+  write_file(target, "keep me\n");
+  fs::create_symlink(target, link);
+  const std::string in = input("the red cat\n");
+  expect_cli_error(
+      run("translate --threads 1 --model-dir " + model() + " --input " + in + " --output " + fifo),
+      {"refusing to write " + fifo + ": it is a FIFO"});
+  expect_cli_error(
+      run("translate --threads 1 --model-dir " + model() + " --input " + in + " --output " + link),
+      {"refusing to write " + link + ": it is a symbolic link"});
+  expect_cli_error(run("average --inputs " + model() + "/model.safetensors --output " + fifo),
+                   {"refusing to write " + fifo + ": it is a FIFO"});
+  EXPECT_TRUE(is_fifo(fifo));
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(read_file(target), "keep me\n");
+}
+
+TEST_F(HostilePaths, AFifoInPlaceOfAModelFileIsRefusedAtOnce) {
+  // Each hung in open() or read() (timeout's exit 124 here before).
+  for (const std::string name : {"spm.model", "vocab.txt", "model.safetensors"}) {
+    SCOPED_TRACE(name);
+    const std::string m = model_copy();
+    fs::remove(m + "/" + name);
+    make_fifo(m + "/" + name);
+    expect_cli_error(run_command("timeout 60 " + std::string(ATTN_TRANSLATE_BIN) +
+                                     " translate --threads 1 --model-dir " + m,
+                                 root_.string(), input("the red cat\n")),
+                     {m + "/" + name + ": expected a regular file, found a FIFO"});
+    fs::remove_all(m);
+  }
+}
+
+TEST_F(HostilePaths, VocabularyFilesOfAnySizeAreCheckedBeforeTheyAreRead) {
+  // vocab.txt and spm.model were read to their end whatever their size (1 GiB: 2.1 GB resident).
+  std::string m = model_copy();
+  fs::resize_file(m + "/spm.model", std::uintmax_t{300} << 20);  // sparse: no disk used
+  expect_cli_error(run("translate --threads 1 --model-dir " + m, input("the red cat\n")),
+                   {"spm.model: it holds 314572800 bytes, more than the 268435456"});
+  fs::remove_all(m);
+  m = model_copy();
+  write_file(m + "/vocab.txt", read_file(m + "/vocab.txt") + std::string(5000, '\n'));
+  expect_cli_error(run("translate --threads 1 --model-dir " + m, input("the red cat\n")),
+                   {"vocab.txt: it holds", "more than the 4096"});
+  write_file(m + "/vocab.txt", read_file(model() + "/vocab.txt") + "junk\n");
+  expect_cli_error(run("translate --threads 1 --model-dir " + m, input("the red cat\n")),
+                   {"vocab.txt': unexpected 'junk' after the hash line"});
+}
+
+TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
+  struct Case {
+    std::string flags, expected;
+  };
+  const std::vector<Case> cases = {
+      // std::bad_alloc, or 15 GB resident before it (and deaf to SIGTERM meanwhile).
+      {"--layers 100000", "--layers 100000 is more than the 1024 a model file may hold"},
+      {"--d-model 2147483648", "--d-model 2147483648 is more than the 65536"},
+      {"--d-model 16384 --d-ff 1048576 --heads 8",
+       "GiB for its weights, gradients and Adam's moments, more than this machine's"},
+      // Negative or NaN: the preset's value, or no limit, without a word.
+      {"--d-model -16", "--d-model must be >= 0 (0: see --help), got -16"},
+      {"--steps -1", "--steps must be >= 0 (0: see --help), got -1"},
+      {"--minutes nan", "--minutes must be finite and >= 0 (0: no limit), got nan"},
+      {"--dropout nan", "--dropout must be a number, got NaN"},
+      {"--keep 0", "--keep must be >= 1, got 0"},
+      {"--average 2 --keep 1",
+       "--average 2 averages the last 2 checkpoints, but --keep 1 keeps only 1"},
+      // Found only after the vocabulary was trained (21 s on the built-in corpus).
+      {"--warmup 0", "--warmup must be in [1, 9223372036854775807], got 0"},
+      {"--d-model 15", "divisible"},
+      // Beyond the data: the update never ended.
+      {"--tokens-per-update 9223372036854775807", "--tokens-per-update must be in [0, "},
+      // CLI11's bound of DBL_MAX, printed in 310 digits.
+      {"--threads 0", "expected a number > 0, got 0"},
+      {"--clip-norm inf", "expected a finite number >= 0, got inf"},
+      {"--sentence-weight 100000", "expected a number in [1,1000], got 100000"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.flags);
+    const std::string m = dir("m");
+    const CliResult r = run("train --preset tiny --model-dir " + m + " " + c.flags);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_TRUE(contains(r.err, c.expected)) << r.err;
+    EXPECT_FALSE(fs::exists(m + "/spm.model"));  // refused before the vocabulary was trained
+  }
+}
+
+TEST_F(HostilePaths, TokensPerUpdateBeyondTheTrainingDataIsRefused) {
+  const tr::CorpusSplit data = split();
+  tr::write_lines(dir("train.en"), data.train.src);
+  tr::write_lines(dir("train.de"), data.train.tgt);
+  expect_cli_error(run("train --threads 1 --preset tiny --vocab-size 60 --model-dir " + dir("m") +
+                       " --src " + dir("train.en") + " --tgt " + dir("train.de") +
+                       " --tokens-per-update 1000000000 --steps 1 --no-eval"),
+                   {"--tokens-per-update 1000000000 is more than the ",
+                    " target tokens of all the training data"});
+}
+
+TEST_F(HostilePaths, AFullStandardOutputIsAnError) {
+  // Exit 0 before, the translations and the score lost.
+  const std::string bin = ATTN_TRANSLATE_BIN, in = input("the red cat\n");
+  const std::string refs = dir("refs.txt");
+  write_file(refs, "die rote Katze\n");
+  for (const std::string& args : {"translate --threads 1 --model-dir " + model() + " --input " + in,
+                                  "translate --threads 1 --model-dir " + model() + " < " + in,
+                                  "evaluate --hyp " + refs + " --ref " + refs}) {
+    SCOPED_TRACE(args);
+    const CliResult r = run_command("sh -c '" + bin + " " + args + " > /dev/full'", root_.string());
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_TRUE(contains(r.err, "to standard output: No space left on device")) << r.err;
+  }
+}
+
+TEST_F(HostilePaths, InteractiveTranslateDropsAByteOrderMark) {
+  // It was translated as part of the first word; --input dropped it.
+  const CliResult plain = run("translate --threads 1 --model-dir " + model(), input("red cat\n"));
+  const CliResult bom =
+      run("translate --threads 1 --model-dir " + model(), input("\xEF\xBB\xBFred cat\n"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(bom.exit_code, 0) << bom.err;
+  EXPECT_EQ(bom.out, plain.out);
+}
+
+TEST_F(HostilePaths, EvaluateRefusesNothingToScore) {
+  // BLEU = 0.00 and exit 0 before.
+  const std::string empty = dir("empty.txt"), blank = dir("blank.txt"), hyp = dir("hyp.txt");
+  write_file(empty, "");
+  write_file(blank, "\n\n");
+  write_file(hyp, "a b\nc d\n");
+  expect_cli_error(run("evaluate --hyp " + empty + " --ref " + empty), {"is empty: nothing"});
+  expect_cli_error(
+      run("evaluate --threads 1 --model-dir " + model() + " --src " + empty + " --ref " + empty),
+      {"is empty: nothing to score"});
+  expect_cli_error(run("evaluate --hyp " + hyp + " --ref " + blank),
+                   {"line 1: expected a reference sentence, found an empty line"});
+}
+
+TEST_F(HostilePaths, AnUnknownAttnGemmIsRefused) {
+  // Ignored before: the automatic path ran, and a mistyped "eigen" tested nothing.
+  const CliResult r = run_command("ATTN_GEMM=EIGEN " + std::string(ATTN_TRANSLATE_BIN) +
+                                      " translate --threads 1 --model-dir " + model(),
+                                  root_.string(), input("red cat\n"));
+  expect_cli_error(r, {"ATTN_GEMM: expected eigen, avx2, avx512 or nothing (automatic), got "
+                       "'EIGEN'"});
+}
+
+TEST_F(HostilePaths, TheAveragedCountIsTheCheckpointsOnDisk) {
+  // The test-BLEU line said "average of the last 5" where 2 were averaged.
+  tr::TrainOptions o = tiny_options(dir("m"));
+  o.checkpoint_every = 1;
+  o.keep = 5;
+  o.average = 5;
+  tr::Trainer t(o, split());
+  t.train(2);
+  t.finish();
+  EXPECT_EQ(t.averaged(), 2);
+}
+
+}  // namespace
