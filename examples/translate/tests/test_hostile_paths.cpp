@@ -22,42 +22,16 @@ using namespace attn::translate::testing;
 
 namespace {
 
-class HostilePaths : public TempDirTest {
+class HostilePaths : public TrainedModelTest {
  protected:
-  static void SetUpTestSuite() {
-    suite_dir_ = fs::temp_directory_path() / ("attn_hostile_" + std::to_string(::getpid()));
-    fs::remove_all(suite_dir_);
-    tr::TrainOptions o = tiny_options((suite_dir_ / "model").string());
-    tr::Trainer t(o, split());
-    t.train(2);
-    t.finish();
-  }
-  static void TearDownTestSuite() { fs::remove_all(suite_dir_); }
-
-  static std::string model() { return (suite_dir_ / "model").string(); }
-  std::string model_copy() {
-    const std::string d = dir("model");
-    fs::copy(suite_dir_ / "model", d, fs::copy_options::recursive);
-    return d;
-  }
-  CliResult run(const std::string& args, const std::string& stdin_path = "/dev/null") {
-    return run_cli(args, root_.string(), stdin_path);
-  }
-  std::string input(const std::string& text) {
-    const std::string p = dir("in.txt");
-    write_file(p, text);
-    return p;
-  }
+  static void SetUpTestSuite() { train_suite_model("attn_hostile", 2, 0); }
   // A FIFO at `path`, with no writer: a reader that opens it blocking waits for ever.
   static void make_fifo(const std::string& path) { ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0); }
   static bool is_fifo(const std::string& path) {
     struct stat st {};
     return ::lstat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode);
   }
-
-  static fs::path suite_dir_;
 };
-fs::path HostilePaths::suite_dir_;
 
 TEST_F(HostilePaths, OutputOntoAFifoOrASymlinkIsRefusedAndLeftAsItWas) {
   // Both were replaced by a regular file, exit 0 (as root, --output /dev/full replaced the device).

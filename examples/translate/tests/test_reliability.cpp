@@ -50,40 +50,13 @@ void rewrite(
   attn::save_safetensors(path, entries, meta);
 }
 
-class Reliability : public TempDirTest {
+class Reliability : public TrainedModelTest {
  protected:
-  static void SetUpTestSuite() {
-    suite_dir_ = fs::temp_directory_path() / ("attn_reliability_" + std::to_string(::getpid()));
-    fs::remove_all(suite_dir_);
-    tr::TrainOptions o = tiny_options((suite_dir_ / "model").string());
-    o.checkpoint_every = 2;
-    tr::Trainer t(o, split());
-    t.train(4);
-    t.finish();
-  }
-  static void TearDownTestSuite() { fs::remove_all(suite_dir_); }
-
-  /// A copy of the suite's trained model directory, to tamper with.
-  std::string model_copy() {
-    const std::string d = dir("model");
-    fs::copy(suite_dir_ / "model", d, fs::copy_options::recursive);
-    return d;
-  }
-  CliResult run(const std::string& args, const std::string& stdin_path = "/dev/null") {
-    return run_cli(args, root_.string(), stdin_path);
-  }
+  static void SetUpTestSuite() { train_suite_model("attn_reliability", 4, 2); }
   void expect_error(const CliResult& r, const std::vector<std::string>& expected) {
     expect_cli_error(r, expected);
   }
-  std::string input(const std::string& text) {
-    const std::string p = dir("in.txt");
-    write_file(p, text);
-    return p;
-  }
-
-  static fs::path suite_dir_;
 };
-fs::path Reliability::suite_dir_;
 
 TEST_F(Reliability, AbsurdDecodeFlagsAreRefusedWithTheirBounds) {
   // These crashed with SIGSEGV (beam rows and cache sizes overflowed) or printed blank lines

@@ -163,4 +163,40 @@ inline void expect_cli_error(const CliResult& r, const std::vector<std::string>&
   EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
+/// A model trained once per test suite, in a directory of its own, for the tests to read or to
+/// copy and tamper with; and the CLI runner in the test's directory.
+class TrainedModelTest : public TempDirTest {
+ protected:
+  /// For SetUpTestSuite: tiny_options, `updates` updates, a checkpoint every `checkpoint_every`.
+  static void train_suite_model(const std::string& name, Index updates, Index checkpoint_every) {
+    suite_dir_ = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+    fs::remove_all(suite_dir_);
+    TrainOptions o = tiny_options((suite_dir_ / "model").string());
+    o.checkpoint_every = checkpoint_every;
+    Trainer t(o, split());
+    t.train(updates);
+    t.finish();
+  }
+  static void TearDownTestSuite() { fs::remove_all(suite_dir_); }
+
+  static std::string model() { return (suite_dir_ / "model").string(); }
+  /// A copy of the suite's model directory, to tamper with.
+  std::string model_copy() {
+    const std::string d = dir("model");
+    fs::copy(suite_dir_ / "model", d, fs::copy_options::recursive);
+    return d;
+  }
+  CliResult run(const std::string& args, const std::string& stdin_path = "/dev/null") {
+    return run_cli(args, root_.string(), stdin_path);
+  }
+  /// A file in the test's directory holding `text`.
+  std::string input(const std::string& text) {
+    const std::string p = dir("in.txt");
+    write_file(p, text);
+    return p;
+  }
+
+  inline static fs::path suite_dir_;
+};
+
 }  // namespace attn::translate::testing
