@@ -83,6 +83,8 @@ std::unique_ptr<SubwordVocab::Impl> SubwordVocab::from_bytes(const std::string& 
 SubwordVocab SubwordVocab::train(const std::vector<std::string>& sentences, const std::string& dir,
                                  const BpeTrainOptions& options) {
   ATTN_CHECK(!sentences.empty(), DataError, "cannot train a subword vocabulary on no sentences");
+  ATTN_CHECK(options.vocab_size <= kMaxVocabSize, ConfigError, "a vocabulary of ",
+             options.vocab_size, " subwords is more than the ", kMaxVocabSize, " one may have");
   const std::unordered_map<std::string, std::string> args{
       {"model_type", "bpe"},
       {"vocab_size", std::to_string(options.vocab_size)},

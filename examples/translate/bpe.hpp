@@ -26,6 +26,11 @@ struct VocabFingerprint {
   friend bool operator!=(const VocabFingerprint& a, const VocabFingerprint& b) { return !(a == b); }
 };
 
+/// The largest vocabulary SubwordVocab trains: its spm.model (a piece is at most 16 characters,
+/// under 80 bytes with its score and type) then stays within what SubwordVocab::load reads
+/// (256 MiB).
+inline constexpr int kMaxVocabSize = 1 << 21;
+
 struct BpeTrainOptions {
   int vocab_size = 8000;
   int num_threads = 2;

@@ -44,9 +44,12 @@ CLI::Validator in_range(double lo, double hi) {
 }
 
 void check_stdout(const std::string& what) {
-  errno = 0;
-  std::cout.flush();
-  const int err = errno;
+  int err = errno;  // a write that failed before: the caller zeroed errno and stopped at it
+  if (std::cout.good()) {
+    errno = 0;
+    std::cout.flush();
+    err = errno;
+  }
   ATTN_CHECK(std::cout.good(), IOError, "cannot write ", what,
              " to standard output: ", err != 0 ? std::strerror(err) : "a write failed");
 }

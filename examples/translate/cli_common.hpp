@@ -18,7 +18,8 @@ const CLI::Validator& finite_non_negative();
 CLI::Validator in_range(double lo, double hi);
 
 /// IOError unless everything written to standard output so far got there (a full disk, a
-/// closed pipe); `what` names what was written.
+/// closed pipe); `what` names what was written. For the reason in the message, the caller sets
+/// errno to 0 before it writes and stops writing at the first failure (!std::cout).
 void check_stdout(const std::string& what);
 
 /// --threads on `app`, bound to `threads` (one variable for the main app and every subcommand).

@@ -1,5 +1,6 @@
 #include "cli_evaluate.hpp"
 
+#include <cerrno>
 #include <iostream>
 #include <vector>
 
@@ -64,6 +65,7 @@ int run_evaluate(const EvaluateCommand& c) {
   b.lowercase = c.lowercase;
   b.tokenize = c.tokenize == "none" ? BleuTokenizer::kNone : BleuTokenizer::k13a;
   const BleuScore bleu = c.hyp.empty() ? score_model(c, b) : score_hypotheses(c, b);
+  errno = 0;
   std::cout << bleu.str() << '\n';
   check_stdout("the BLEU score");
   return 0;

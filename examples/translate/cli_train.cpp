@@ -1,6 +1,7 @@
 #include "cli_train.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <iostream>
 #include <string>
@@ -154,6 +155,7 @@ void report_test(Trainer& trainer, const TrainOptions& t, const std::vector<std:
   Translator saved(t.model_dir);
   const BleuScore bleu =
       saved.evaluate(test.src, test.tgt, TranslateOptions{}, trainer.bleu_options(), &hyps, "test");
+  errno = 0;
   std::cout << "test BLEU (beam 4, alpha 0.6, model.safetensors = "
             << (trainer.averaged() > 1
                     ? "average of the last " + std::to_string(trainer.averaged()) + " checkpoints"
@@ -163,9 +165,11 @@ void report_test(Trainer& trainer, const TrainOptions& t, const std::vector<std:
   for (std::size_t i = 0; i < hyps.size(); ++i)
     if (std::find(shown.begin(), shown.end(), i) == shown.end()) shown.push_back(i);
   shown.resize(std::min(shown.size(), static_cast<std::size_t>(show)));
-  for (std::size_t i : shown)
+  for (std::size_t i : shown) {
+    if (!std::cout) break;  // check_stdout names the first failure
     std::cout << "  English:   " << test.src[i] << "\n  attn:      " << hyps[i]
               << "\n  reference: " << test.tgt[i] << "\n\n";
+  }
   check_stdout("the test BLEU and translations");
 }
 

@@ -1,5 +1,6 @@
 #include "cli_translate.hpp"
 
+#include <cerrno>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -31,7 +32,8 @@ std::vector<std::string> read_input(const std::string& path) {
 
 void write_output(const std::string& path, const std::vector<std::string>& lines) {
   if (path != "-") return write_lines(path, lines);
-  for (const auto& l : lines) std::cout << l << '\n';
+  errno = 0;
+  for (std::size_t i = 0; i < lines.size() && std::cout; ++i) std::cout << lines[i] << '\n';
   check_stdout("the translations");
 }
 
@@ -42,7 +44,9 @@ void translate_stream(const TranslateCommand& c) {
   for (std::string line; std::getline(std::cin, line);) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (n == 0) strip_utf8_bom(line);
-    std::cout << translator.translate({line}, c.decode, "<stdin>", ++n)[0] << '\n';
+    const std::string out = translator.translate({line}, c.decode, "<stdin>", ++n)[0];
+    errno = 0;
+    std::cout << out << '\n';
     check_stdout("the translation of line " + std::to_string(n));
   }
 }

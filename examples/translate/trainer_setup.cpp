@@ -71,8 +71,10 @@ void check_model_size(const TransformerConfig& c) {
                " a model file may hold");
   const double gib = std::ldexp(1.0, 30);
   const double needed = 16.0 * static_cast<double>(min_parameter_count(c));
-  const double memory =
-      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGESIZE);
+  const double memory = pages > 0 && page_bytes > 0  // else unknown: no check
+                            ? static_cast<double>(pages) * static_cast<double>(page_bytes)
+                            : 0.0;
   ATTN_CHECK(memory <= 0 || needed <= memory, ConfigError, "a model of at least ",
              min_parameter_count(c), " parameters needs ", needed / gib,
              " GiB for its weights, gradients and Adam's moments, more than this machine's ",
@@ -134,6 +136,8 @@ void check_train_flags(const TrainOptions& o) {
   ATTN_CHECK(std::isfinite(o.minutes) && o.minutes >= 0, ConfigError,
              "--minutes must be finite and >= 0 (0: no limit), got ", o.minutes);
   ATTN_CHECK(o.keep >= 1, ConfigError, "--keep must be >= 1, got ", o.keep);
+  ATTN_CHECK(o.vocab_size <= kMaxVocabSize, ConfigError, "--vocab-size ", o.vocab_size,
+             " is more than the ", kMaxVocabSize, " a vocabulary may have");
   ATTN_CHECK(o.average <= o.keep, ConfigError, "--average ", o.average, " averages the last ",
              o.average, " checkpoints, but --keep ", o.keep, " keeps only ", o.keep);
   // The model the flags describe, before the vocabulary is trained (the real vocabulary may come
@@ -164,6 +168,13 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
     build(make_config(opt_, vocab_.size()));
     order_ = train_batches_->epoch_order(opt_.seed, epoch_);
   }
+  // Here, not in build(): on --resume, after the checkpoint's data fingerprint was matched, so
+  // that other data is named as such, not as a checkpoint that does not load.
+  Index epoch_tokens = 0;
+  for (const Batch& batch : train_batches_->batches()) epoch_tokens += batch.tgt_tokens;
+  ATTN_CHECK(opt_.tokens_per_update <= epoch_tokens, ConfigError, "--tokens-per-update ",
+             opt_.tokens_per_update, " is more than the ", epoch_tokens,
+             " target tokens of all the training data: an update may take at most one epoch");
   replicas_->start(*model_, data_fingerprint_, metadata(), opt_);
 }
 
@@ -225,11 +236,6 @@ void Trainer::build(const TransformerConfig& config) {
   data_fingerprint_ = fingerprint(*train_batches_);
   ATTN_CHECK(train_batches_->size() > 0, DataError, "train: every one of the ", data_.train.size(),
              " training pairs is longer than max_len ", opt_.max_len, " subword tokens");
-  Index epoch_tokens = 0;
-  for (const Batch& batch : train_batches_->batches()) epoch_tokens += batch.tgt_tokens;
-  ATTN_CHECK(opt_.tokens_per_update <= epoch_tokens, ConfigError, "--tokens-per-update ",
-             opt_.tokens_per_update, " is more than the ", epoch_tokens,
-             " target tokens of all the training data: an update may take at most one epoch");
   if (train_batches_->skipped() > 0 && !opt_.quiet)
     std::cerr << "train: left out " << train_batches_->skipped() << " of " << data_.train.size()
               << " training pairs longer than max_len " << opt_.max_len << " subword tokens\n";

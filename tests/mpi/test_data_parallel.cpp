@@ -97,7 +97,6 @@ TEST(RingAllReduce, PiecesOfAnySizeGiveTheSameBitsInBothForms) {
     ring_all_reduce(whole.data(), n, scratch.data(), MPI_COMM_WORLD, n + 1);  // one per step
     for (Index piece : {Index{1}, Index{3}, Index{7}, Index{1000}, kRingPieceValues}) {
       const Index need = ring_scratch_values(n, ranks, piece);
-      EXPECT_LE(need, piece);
       std::vector<float> blocking = values, in_flight = values,
                          room(static_cast<std::size_t>(need));
       ring_all_reduce(blocking.data(), n, room.data(), MPI_COMM_WORLD, piece);

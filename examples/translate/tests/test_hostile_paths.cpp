@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "train_state.hpp"
 #include "trainer.hpp"
 #include "translate_fixture.hpp"
 
@@ -100,6 +101,7 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
       {"--minutes nan", "--minutes must be finite and >= 0 (0: no limit), got nan"},
       {"--dropout nan", "--dropout must be a number, got NaN"},
       {"--keep 0", "--keep must be >= 1, got 0"},
+      {"--vocab-size 3000000", "--vocab-size 3000000 is more than the 2097152 a vocabulary"},
       {"--average 2 --keep 1",
        "--average 2 averages the last 2 checkpoints, but --keep 1 keeps only 1"},
       // Found only after the vocabulary was trained (21 s on the built-in corpus).
@@ -134,12 +136,16 @@ TEST_F(HostilePaths, TokensPerUpdateBeyondTheTrainingDataIsRefused) {
 }
 
 TEST_F(HostilePaths, AFullStandardOutputIsAnError) {
-  // Exit 0 before, the translations and the score lost.
-  const std::string bin = ATTN_TRANSLATE_BIN, in = input("the red cat\n");
-  const std::string refs = dir("refs.txt");
+  // Exit 0 before, the translations and the score lost. 2,000 lines overflow the stream's
+  // buffer, so the write fails before the final flush and its reason must still be named.
+  const std::string bin = ATTN_TRANSLATE_BIN, one = input("the red cat\n");
+  std::string many;
+  for (int i = 0; i < 2000; ++i) many += "the red cat\n";
+  const std::string in = dir("many.txt"), refs = dir("refs.txt");
+  write_file(in, many);
   write_file(refs, "die rote Katze\n");
   for (const std::string& args : {"translate --threads 1 --model-dir " + model() + " --input " + in,
-                                  "translate --threads 1 --model-dir " + model() + " < " + in,
+                                  "translate --threads 1 --model-dir " + model() + " < " + one,
                                   "evaluate --hyp " + refs + " --ref " + refs}) {
     SCOPED_TRACE(args);
     const CliResult r = run_command("sh -c '" + bin + " " + args + " > /dev/full'", root_.string());
@@ -181,16 +187,43 @@ TEST_F(HostilePaths, AnUnknownAttnGemmIsRefused) {
                        "'EIGEN'"});
 }
 
-TEST_F(HostilePaths, TheAveragedCountIsTheCheckpointsOnDisk) {
-  // The test-BLEU line said "average of the last 5" where 2 were averaged.
-  tr::TrainOptions o = tiny_options(dir("m"));
-  o.checkpoint_every = 1;
-  o.keep = 5;
-  o.average = 5;
-  tr::Trainer t(o, split());
-  t.train(2);
-  t.finish();
-  EXPECT_EQ(t.averaged(), 2);
+TEST_F(HostilePaths, TheReportNamesTheCheckpointsAveraged) {
+  // The test-BLEU line said "average of the last 5 checkpoints" where 2 were averaged.
+  const tr::CorpusSplit data = split();
+  for (const char* side : {"src", "tgt"}) {
+    tr::write_lines(dir(std::string("train.") + side),
+                    side[0] == 's' ? data.train.src : data.train.tgt);
+    tr::write_lines(dir(std::string("test.") + side),
+                    side[0] == 's' ? data.test.src : data.test.tgt);
+  }
+  const CliResult r =
+      run("train --threads 1 --preset tiny --vocab-size 60 --max-tokens 128 --max-len 32 "
+          "--warmup 20 --model-dir " +
+          dir("m") + " --src " + dir("train.src") + " --tgt " + dir("train.tgt") + " --test-src " +
+          dir("test.src") + " --test-tgt " + dir("test.tgt") +
+          " --steps 2 --checkpoint-every 1 --keep 5 --average 5 --valid-every 0 --show 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "model.safetensors = average of the last 2 checkpoints")) << r.out;
+}
+
+// --resume on other, smaller data: the data is named, not every checkpoint as failing to load
+// (the check of --tokens-per-update against the data came before the data's fingerprint).
+TEST_F(HostilePaths, ResumeOnSmallerOtherDataNamesTheData) {
+  tr::TrainOptions o = tiny_options(dir("m"));  // 300 target tokens per update
+  {
+    tr::Trainer t(o, split());
+    t.train(1);
+    t.save_checkpoint();
+  }
+  o.resume = true;
+  tr::CorpusSplit few = split();
+  few.train = synthetic(5, 9);  // fewer than 300 target tokens in all
+  try {
+    tr::Trainer(o, few);
+    FAIL() << "resumed on other data";
+  } catch (const tr::OtherDataError& e) {
+    EXPECT_TRUE(contains(e.what(), "was trained on other data")) << e.what();
+  }
 }
 
 }  // namespace
