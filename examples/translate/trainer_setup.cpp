@@ -9,6 +9,9 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include <attn/parallel.hpp>
 #include <attn/train/checkpoint.hpp>
@@ -59,16 +62,20 @@ std::unique_ptr<ModelDirLock> lock_model_dir(const TrainOptions& o) {
 // ConfigError naming the flag unless the model of `c` is within ConfigLimits (as a model file's
 // must be) and its weights, gradients and Adam's two moments fit in this machine's memory.
 void check_model_size(const TransformerConfig& c) {
-  const struct {
-    const char* flag;
-    Index value, max;
-  } sizes[] = {{"--vocab-size", c.src_vocab, ConfigLimits::kMaxVocab},
-               {"--d-model", c.d_model, ConfigLimits::kMaxDModel},
-               {"--d-ff", c.d_ff, ConfigLimits::kMaxDff},
-               {"--layers", c.encoder_layers, ConfigLimits::kMaxLayers}};
-  for (const auto& f : sizes)
-    ATTN_CHECK(f.value <= f.max, ConfigError, f.flag, " ", f.value, " is more than the ", f.max,
-               " a model file may hold");
+  if (const std::optional<ConfigLimitBreach> b = config_limit_breach(c)) {
+    const std::pair<const char*, const char*> flag_of[] = {{"src_vocab", "--vocab-size"},
+                                                           {"tgt_vocab", "--vocab-size"},
+                                                           {"d_model", "--d-model"},
+                                                           {"heads", "--heads"},
+                                                           {"d_ff", "--d-ff"},
+                                                           {"encoder_layers", "--layers"},
+                                                           {"decoder_layers", "--layers"}};
+    std::string flag = b->field;
+    for (const auto& [field, name] : flag_of)
+      if (flag == field) flag = name;
+    throw ConfigError(detail::concat(flag, " ", b->value, " is more than the ", b->max,
+                                     " a model file may hold"));
+  }
   const double gib = std::ldexp(1.0, 30);
   const double needed = 16.0 * static_cast<double>(min_parameter_count(c));
   const long pages = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGESIZE);

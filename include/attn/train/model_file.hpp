@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,22 +28,33 @@ struct ConfigLimits {
   static constexpr Index kMaxPositions = Index(1) << 20;
 };
 
+/// A size of a TransformerConfig outside ConfigLimits: the field, its value and the bound.
+struct ConfigLimitBreach {
+  const char* field;
+  Index value, max;
+};
+
+/// The first size of `c` outside [0, its ConfigLimits bound], if any.
+inline std::optional<ConfigLimitBreach> config_limit_breach(const TransformerConfig& c) {
+  const ConfigLimitBreach fields[] = {
+      {"src_vocab", c.src_vocab, ConfigLimits::kMaxVocab},
+      {"tgt_vocab", c.tgt_vocab, ConfigLimits::kMaxVocab},
+      {"d_model", c.d_model, ConfigLimits::kMaxDModel},
+      {"heads", c.heads, ConfigLimits::kMaxDModel},
+      {"d_ff", c.d_ff, ConfigLimits::kMaxDff},
+      {"encoder_layers", c.encoder_layers, ConfigLimits::kMaxLayers},
+      {"decoder_layers", c.decoder_layers, ConfigLimits::kMaxLayers},
+      {"max_positions", c.max_positions, ConfigLimits::kMaxPositions}};
+  for (const auto& f : fields)
+    if (f.value < 0 || f.value > f.max) return f;
+  return std::nullopt;
+}
+
 /// FormatError naming `file` and the field unless every size of `c` is within ConfigLimits.
 inline void check_config_limits(const TransformerConfig& c, const std::string& file) {
-  const struct {
-    const char* key;
-    Index value, max;
-  } fields[] = {{"src_vocab", c.src_vocab, ConfigLimits::kMaxVocab},
-                {"tgt_vocab", c.tgt_vocab, ConfigLimits::kMaxVocab},
-                {"d_model", c.d_model, ConfigLimits::kMaxDModel},
-                {"heads", c.heads, ConfigLimits::kMaxDModel},
-                {"d_ff", c.d_ff, ConfigLimits::kMaxDff},
-                {"encoder_layers", c.encoder_layers, ConfigLimits::kMaxLayers},
-                {"decoder_layers", c.decoder_layers, ConfigLimits::kMaxLayers},
-                {"max_positions", c.max_positions, ConfigLimits::kMaxPositions}};
-  for (const auto& f : fields)
-    ATTN_CHECK(f.value >= 0 && f.value <= f.max, FormatError, file, ": metadata config.", f.key,
-               " = ", f.value, " is outside [0, ", f.max, "]");
+  const std::optional<ConfigLimitBreach> b = config_limit_breach(c);
+  ATTN_CHECK(!b, FormatError, file, ": metadata config.", b->field, " = ", b->value,
+             " is outside [0, ", b->max, "]");
   ATTN_CHECK(std::isfinite(c.layer_norm_eps), FormatError, file,
              ": metadata config.layer_norm_eps is not finite");
 }
