@@ -368,6 +368,26 @@ TEST_F(Checkpoint, AFailedDirectorySyncAfterTheRenameIsAWarningNotAFailedSave) {
   EXPECT_TRUE(save_safetensors(p, {tensor_entry("w", t)}).warning.empty());
 }
 
+TEST_F(Checkpoint, APathTurnedIntoAFifoDuringTheWriteIsNotReplaced) {
+  // The target was checked once, before the body ran: a FIFO put in its place while a large file
+  // was being written was then replaced by the regular file. Now it is checked again before the
+  // rename, and the temporary is removed.
+  const std::string p = path("out.txt");
+  write_bytes(p, "old");
+  const std::string msg = error_of([&] {
+    write_file_atomically(p, [&](int fd, std::size_t& written) {
+      ::unlink(p.c_str());
+      EXPECT_EQ(::mkfifo(p.c_str(), 0644), 0);
+      return detail::write_all(fd, "new", 3, written);
+    });
+  });
+  EXPECT_TRUE(contains(msg, "refusing to write " + p + ": it is a FIFO")) << msg;
+  struct stat st {};
+  ASSERT_EQ(::lstat(p.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_EQ(list(), std::vector<std::string>{"out.txt"});  // no temporary left
+}
+
 /// Registers children under torch.nn.Transformer-like dotted names.
 template <class T>
 struct TwoLayers : Module<T> {
@@ -557,8 +577,10 @@ TEST_F(Checkpoint, TrainingCheckpointErrors) {
     msg = error_of([&] {
       load_training_checkpoint(path("hugestep.safetensors"), lin.parameters(), adam, rs);
     });
-    EXPECT_TRUE(contains(msg, "hugestep.safetensors: metadata \"step\" must be a non-negative "
-                              "decimal integer, got \"" + std::string(step) + "\""))
+    EXPECT_TRUE(contains(msg,
+                         "hugestep.safetensors: metadata \"step\" must be a non-negative "
+                         "decimal integer, got \"" +
+                             std::string(step) + "\""))
         << msg;
     EXPECT_NE(lin.weight.value.data()[0], 7.0f) << "weights overwritten by a refused file";
   }

@@ -47,9 +47,21 @@ std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::st
   return out;
 }
 
+namespace {
+
+/// Whether `path` names a directory entry of any kind, a dangling symlink included (so that the
+/// reader names it, instead of it being passed over as absent).
+bool entry_exists(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status s = fs::symlink_status(path, ec);
+  return s.type() != fs::file_type::not_found && s.type() != fs::file_type::none;
+}
+
+}  // namespace
+
 std::string model_file(const std::string& dir) {
   const std::string final_model = final_model_path(dir);
-  if (fs::exists(final_model)) return final_model;
+  if (entry_exists(final_model)) return final_model;
   const auto ckpts = list_checkpoints(dir);
   ATTN_CHECK(!ckpts.empty(), IOError, "model directory '", dir,
              "' has neither model.safetensors nor checkpoint_<step>.safetensors");
@@ -59,7 +71,7 @@ std::string model_file(const std::string& dir) {
 void check_fresh_model_dir(const std::string& dir) {
   ATTN_CHECK(list_checkpoints(dir).empty(), ConfigError, "model directory '", dir,
              "' already holds checkpoints; pass --resume to continue, or use another directory");
-  ATTN_CHECK(!fs::exists(final_model_path(dir)), ConfigError, "model directory '", dir,
+  ATTN_CHECK(!entry_exists(final_model_path(dir)), ConfigError, "model directory '", dir,
              "' already holds a model (model.safetensors); pass --resume to continue, or use "
              "another directory");
 }

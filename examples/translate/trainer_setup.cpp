@@ -217,7 +217,7 @@ void Trainer::resume_from(const std::string& path) {
   const auto& meta = file.metadata();
   check_vocab_metadata(meta, vocab_, path);
   restore_options(opt_, meta, path);
-  build(config_from_model_file(file));
+  build(model_config(file, vocab_));
   // Everything the metadata holds is checked before the weights are loaded.
   check_data_fingerprint(meta, path, data_fingerprint_);
   const DataPosition position = restore_data_position(meta, path, train_batches_->batches().size());

@@ -28,6 +28,18 @@ void check_vocab_metadata(const std::map<std::string, std::string>& m, const Sub
                                    ", spm.model hash ", stored_hash));
 }
 
+TransformerConfig model_config(const SafetensorsFile& file, const SubwordVocab& vocab) {
+  const TransformerConfig c = config_from_model_file(file);
+  const Index V = vocab.size();
+  ATTN_CHECK(c.src_vocab == V && c.tgt_vocab == V, FormatError, file.path(),
+             ": metadata config.src_vocab = ", c.src_vocab, " and config.tgt_vocab = ", c.tgt_vocab,
+             ", expected both to be the vocabulary's size, ", V);
+  ATTN_CHECK(c.pad_id == SubwordVocab::kPad, FormatError, file.path(),
+             ": metadata config.pad_id = ", c.pad_id, ", expected the vocabulary's pad id, ",
+             SubwordVocab::kPad);
+  return c;
+}
+
 std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
                                                 const std::vector<std::vector<TokenId>>& sources,
                                                 const TranslateOptions& options) {
@@ -90,7 +102,7 @@ Translator::Translator(const std::string& dir) : vocab_(SubwordVocab::load(dir))
   check_vocab_metadata(meta, vocab_, file);
   // Every value of the metadata is checked before the model it describes is built.
   max_len_ = parse_max_len(meta, file);
-  model_ = std::make_unique<Transformer<float>>(config_from_model_file(weights));
+  model_ = std::make_unique<Transformer<float>>(model_config(weights, vocab_));
   load_model(weights, model_->parameters(), LoadOptions{kTrainingStatePrefixes});
   check_finite_parameters(model_->parameters(), file);
   model_->eval();

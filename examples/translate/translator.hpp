@@ -15,6 +15,7 @@
 #include <attn/decode/beam_search.hpp>
 #include <attn/decode/greedy.hpp>
 #include <attn/nn/transformer.hpp>
+#include <attn/train/safetensors.hpp>
 
 #include "bleu.hpp"
 #include "bpe.hpp"
@@ -33,6 +34,11 @@ inline constexpr const char* kVocabHashKey = "vocab.hash";
 /// copied in from another model directory).
 void check_vocab_metadata(const std::map<std::string, std::string>& metadata,
                           const SubwordVocab& vocab, const std::string& file);
+
+/// The model configuration of `file` (config_from_model_file), which must also fit `vocab`: one
+/// vocabulary of vocab.size() pieces on both sides, padded with its pad id. FormatError naming the
+/// file and the field otherwise (an edited config.pad_id would decode with a wrong padding mask).
+TransformerConfig model_config(const SafetensorsFile& file, const SubwordVocab& vocab);
 
 struct TranslateOptions {
   bool greedy = false;

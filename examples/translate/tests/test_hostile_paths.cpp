@@ -69,6 +69,24 @@ TEST_F(HostilePaths, AFifoInPlaceOfAModelFileIsRefusedAtOnce) {
   }
 }
 
+TEST_F(HostilePaths, ADanglingModelLinkIsNamed) {
+  // Reported as "has neither model.safetensors nor checkpoint_<step>.safetensors" before, and a
+  // fresh train into the directory would have failed only when it wrote its final model.
+  const std::string m = model_copy(), final_model = m + "/model.safetensors";
+  fs::remove(final_model);
+  fs::create_symlink(m + "/missing.safetensors", final_model);
+  expect_cli_error(run("translate --threads 1 --model-dir " + m, input("the red cat\n")),
+                   {"cannot open " + final_model + ": No such file or directory"});
+  for (const auto& entry : fs::directory_iterator(m))
+    if (entry.path().filename().string().rfind("checkpoint_", 0) == 0) fs::remove(entry.path());
+  const std::string src = dir("s.txt"), tgt = dir("t.txt");
+  write_file(src, "a cat\n");
+  write_file(tgt, "eine katze\n");
+  expect_cli_error(run("train --threads 1 --model-dir " + m + " --src " + src + " --tgt " + tgt),
+                   {"model directory '" + m + "' already holds a model (model.safetensors)"});
+  fs::remove_all(m);
+}
+
 TEST_F(HostilePaths, VocabularyFilesOfAnySizeAreCheckedBeforeTheyAreRead) {
   // vocab.txt and spm.model were read to their end whatever their size (1 GiB: 2.1 GB resident).
   std::string m = model_copy();

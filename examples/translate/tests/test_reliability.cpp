@@ -94,6 +94,12 @@ TEST_F(Reliability, TamperedModelConfigIsRefusedBeforeTheModelIsBuilt) {
       {{{"config.seed", "-1"}}, {"config.seed = \"-1\" is not a non-negative decimal integer"}},
       {{{"config.dropout", "nan"}}, {"config.dropout = \"nan\" is not a finite number"}},
       {{{"config.heads", "3"}}, {"model.safetensors", "must be divisible by heads (3)"}},
+      // Accepted before: a padding mask on the wrong id, or a vocabulary other than spm.model's.
+      {{{"config.pad_id", "2"}},
+       {"model.safetensors: metadata config.pad_id = 2, expected the vocabulary's pad id, 0"}},
+      {{{"config.src_vocab", "100"}, {"config.tgt_vocab", "100"}},
+       {"model.safetensors: metadata config.src_vocab = 100 and config.tgt_vocab = 100, expected "
+        "both to be the vocabulary's size"}},
       // Read as 12 before.
       {{{"translate.max_len", "12abc"}},
        {"model.safetensors: metadata translate.max_len = \"12abc\" is not a decimal integer"}},

@@ -87,6 +87,19 @@ inline std::string sync_directory(const std::string& dir) {
   return "cannot fsync directory " + dir + ": " + errno_text(err);
 }
 
+/// IOError unless `path` is absent or a regular file. The rename that writes a file replaces
+/// whatever is at its path: a device, a FIFO or a symbolic link would be swapped for a regular file
+/// (run as root, /dev/full itself). Checked before the body is written (to fail fast) and again
+/// just before the rename; what is swapped in between those microseconds needs write access to the
+/// directory, which can remove the entry anyway, so the race gives nobody more than they have.
+inline void check_replaceable(const std::string& path) {
+  struct stat target {};
+  if (::lstat(path.c_str(), &target) == 0)
+    ATTN_CHECK(S_ISREG(target.st_mode), IOError, "refusing to write ", path, ": it is ",
+               file_kind(target.st_mode),
+               ", and a file is written by replacing it whole (give the path of a regular file)");
+}
+
 }  // namespace detail
 
 /// The temporary name write_file_atomically uses for `path` in this process.
@@ -105,13 +118,7 @@ struct AtomicWriteResult {
 /// with the old file untouched and no temporary file left.
 inline AtomicWriteResult write_file_atomically(
     const std::string& path, const std::function<bool(int fd, std::size_t& written)>& body) {
-  // The rename below replaces whatever is at `path`: a device, a FIFO or a symbolic link would be
-  // swapped for a regular file (run as root, /dev/full itself). Only a regular file is replaced.
-  struct stat target {};
-  if (::lstat(path.c_str(), &target) == 0)
-    ATTN_CHECK(S_ISREG(target.st_mode), IOError, "refusing to write ", path, ": it is ",
-               detail::file_kind(target.st_mode),
-               ", and a file is written by replacing it whole (give the path of a regular file)");
+  detail::check_replaceable(path);
   const std::string tmp = atomic_temp_path(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0 && errno == EEXIST) {
@@ -135,6 +142,12 @@ inline AtomicWriteResult write_file_atomically(
   if (!body(fd, written)) fail("write", errno, true);
   if (::fsync(fd) != 0) fail("fsync", errno, true);
   if (::close(fd) != 0) fail("close", errno, false);
+  try {
+    detail::check_replaceable(path);  // again: the body may have taken long
+  } catch (const IOError&) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename into", errno, false);
   AtomicWriteResult result;
   const std::string why = detail::sync_directory(detail::parent_directory(path));
