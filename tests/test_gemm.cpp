@@ -2,6 +2,8 @@
 // the CPU has it) and the Eigen fallback. Each is checked against the definition (gemm_naive summed
 // in long double) on odd shapes, every operand layout a Transformer step uses, accumulation and the
 // epilogue, and for bitwise equality between 1 and 2 threads.
+#include <array>
+
 #include "attn/kernels/activation.hpp"
 #include "attn/kernels/dropout.hpp"
 #include "attn/kernels/gemm.hpp"
@@ -166,6 +168,42 @@ TYPED_TEST(OwnGemm, PackedKernelMatchesTheDefinitionOnOddShapesAndEveryLayout) {
           }
         }
       }
+}
+
+// Both kernels pack B with contiguous rows through one AVX2 loop: its AVX-512 width (32 columns)
+// is checked here too, on any CPU with AVX2. Each panel is kc x NR, k-major, and zero past B's last
+// column although B's rows hold more numbers after it.
+template <int NR>
+void expect_panels_packed_row_by_row() {
+  using kernels::detail::StridedMatrix;
+  for (Index N : {Index(1), Index(7), Index(NR), Index(NR + 1), Index(3 * NR - 5)})
+    for (Index K : {Index(1), Index(9)}) {
+      const auto b = random_matrix<float>(K + 3, N + 2, 11);  // B is its block [1, 1 + K) x [0, N)
+      const StridedMatrix<const float> bv{b.data(), K + 3, N, N + 2, 1};
+      const Index panels = (N + NR - 1) / NR, q0 = panels > 1 ? 1 : 0, kc = K;
+      alignas(64) std::array<float, 3 * 9 * NR> packed;  // as the packed B buffers are aligned
+      packed.fill(-1.0f);
+      kernels::detail::avx2::pack_b_panels<NR>(bv, 1, kc, q0, panels, packed.data());
+      for (Index q = q0; q < panels; ++q)
+        for (Index k = 0; k < kc; ++k)
+          for (Index j = 0; j < NR; ++j) {
+            const Index col = q * NR + j;
+            const float want = col < N ? b(1 + k, col) : 0.0f;
+            ASSERT_EQ(packed[static_cast<std::size_t>(((q - q0) * kc + k) * NR + j)], want)
+                << "NR=" << NR << " N=" << N << " K=" << K << " q=" << q << " k=" << k;
+          }
+    }
+}
+
+TEST_F(Gemm, RowsOfBArePackedIntoPanelsOfEitherKernelsWidth) {
+#if defined(ATTN_HAVE_AVX512_GEMM)
+  if (!kernels::detail::cpu_has_avx2_fma()) GTEST_SKIP() << "this CPU has no AVX2";
+  expect_panels_packed_row_by_row<kernels::detail::Avx2Isa::kNR>();
+  expect_panels_packed_row_by_row<kernels::detail::Avx512Isa::kNR>();
+  static_assert(kernels::detail::Avx512Isa::kNR == 32 && kernels::detail::Avx2Isa::kNR == 16);
+#else
+  GTEST_SKIP() << "built without attn's own kernels";
+#endif
 }
 
 // The tasks a product is cut into: column blocks of at most kNC columns outermost, and, for few

@@ -25,6 +25,7 @@
 #pragma once
 
 #include "attn/kernels/detail/avx512.hpp"
+#include "attn/kernels/detail/gemm_avx2.hpp"  // avx2::pack_b_panels
 
 #if defined(ATTN_HAVE_AVX512)
 #define ATTN_HAVE_AVX512_GEMM 1
@@ -229,7 +230,7 @@ ATTN_TARGET_AVX512 inline void add_row_sums(const StridedMatrix<const float>& a,
 
 /// Packs panel q (columns q*kNR ...) of B[k0 : k0+kc, :] as kc x kNR (k-major), zero past the last
 /// column so the kernel's full-width FMAs add nothing there; for B whose rows are not contiguous
-/// (those go through pack_b_panels).
+/// (those go through avx2::pack_b_panels).
 ATTN_TARGET_AVX512 inline void pack_b_panel(const StridedMatrix<const float>& b, Index k0, Index kc,
                                             Index q, float* dst) {
   const Index j0 = q * kNR, cols = std::min<Index>(kNR, b.cols - j0);
@@ -239,30 +240,6 @@ ATTN_TARGET_AVX512 inline void pack_b_panel(const StridedMatrix<const float>& b,
   } else {
     for (Index j = 0; j < cols; ++j)
       for (Index k = 0; k < kc; ++k) dst[k * kNR + j] = b(k0 + k, j0 + j);
-  }
-}
-
-/// Packs panels [q0, q1) of the kc-deep block of B that starts at row k0 (first: where panel q0
-/// goes, the others after it), for B with contiguous rows: row by row, each row's (q1 - q0) kNR
-/// numbers read front to back. Packing a panel at a time instead reads 128 bytes per row, one page
-/// per row when rows are 4 KiB or more apart, which the prefetchers do not follow: a cold [2048,
-/// 1024] activation (a weight gradient's B) packed in about 1.0 ms that way, 0.53 ms four panels at
-/// a time.
-ATTN_TARGET_AVX512 inline void pack_b_panels(const StridedMatrix<const float>& b, Index k0,
-                                             Index kc, Index q0, Index q1, float* first) {
-  for (Index k = 0; k < kc; ++k) {
-    const float* src = &b(k0 + k, 0);
-    for (Index q = q0; q < q1; ++q) {
-      float* dst = first + ((q - q0) * kc + k) * kNR;
-      const Index j0 = q * kNR, cols = b.cols - j0;
-      if (cols >= kNR) {
-        _mm512_store_ps(dst, _mm512_loadu_ps(src + j0));
-        _mm512_store_ps(dst + 16, _mm512_loadu_ps(src + j0 + 16));
-      } else {  // zero past the last column
-        _mm512_store_ps(dst, _mm512_maskz_loadu_ps(lane_mask(cols), src + j0));
-        _mm512_store_ps(dst + 16, _mm512_maskz_loadu_ps(lane_mask(cols - 16), src + j0 + 16));
-      }
-    }
   }
 }
 
@@ -293,7 +270,7 @@ struct Avx512Isa {
   static constexpr auto pack_a = &avx512::pack_a;
   static constexpr auto add_row_sums = &avx512::add_row_sums;
   static constexpr auto pack_b_panel = &avx512::pack_b_panel;
-  static constexpr auto pack_b_panels = &avx512::pack_b_panels;
+  static constexpr auto pack_b_panels = &avx2::pack_b_panels<kNR>;  // memory-bound: one loop
 };
 
 }  // namespace attn::kernels::detail
