@@ -153,10 +153,9 @@ TEST(Dropout, KernelMatchesNaiveReference) {
   }
 }
 
-// The float kernel hashes sixteen elements at a time with AVX-512 where the CPU has it, eight with
-// AVX2 where it has only that (this test checks the one this CPU takes); its mask and output must
-// be bitwise those of the scalar loop, at every length (vector edges, chunk edges), for drop rates
-// whose threshold p * 2^53 is and is not an integer, and in place.
+// The float kernel hashes eight elements at a time where the CPU has AVX2; its mask and output
+// must be bitwise those of the scalar loop, at every length (vector edges, chunk edges), for drop
+// rates whose threshold p * 2^32 is and is not an integer, and in place.
 TEST(Dropout, VectorKernelIsBitwiseTheScalarLoop) {
   const std::uint64_t key = 0x9abcdef012345ULL;
   for (const Index n : {Index(1), Index(7), Index(8), Index(9), Index(15), Index(16), Index(17),
@@ -180,6 +179,42 @@ TEST(Dropout, VectorKernelIsBitwiseTheScalarLoop) {
       kernels::detail::apply_dropout_mask(x.data(), x.data(), n, p, key, true);  // in place
       for (Index i = 0; i < n; ++i) ASSERT_EQ(x.data()[i], reference.data()[i]) << i;
     }
+  }
+}
+
+// Spans that start at an odd element (the high half of a pair's draw: rows of a block, attention
+// rows) and drop rates within 2^-32 of 1 (every element dropped) take the scalar loop's bits too.
+TEST(Dropout, VectorKernelSpansFromAnyElementAreTheScalarLoop) {
+  const std::uint64_t key = 0x5eed5eed1234ULL;
+  const Index n = 61;
+  Tensor<float> x({n});
+  Rng rng(3);
+  fill_normal(x, rng, 0, 1);
+  for (const std::uint64_t first : {0ULL, 1ULL, 2ULL, 7ULL, (1ULL << 33) + 5})
+    for (const double p : {0.1, 0.5, 1.0 - 0x1.0p-34}) {
+      for (const Index len : {Index(0), Index(1), Index(2), Index(9), n}) {
+        Tensor<float> fast({n}), reference({n});
+        kernels::detail::dropout_mask_span(fast.data(), x.data(), len, first, key, p, true);
+        kernels::detail::dropout_mask_span(reference.data(), x.data(), len, first, key, p, false);
+        for (Index i = 0; i < len; ++i)
+          ASSERT_EQ(std::memcmp(&fast.data()[i], &reference.data()[i], sizeof(float)), 0)
+              << "first=" << first << " p=" << p << " len=" << len << " i=" << i;
+        if (p > 0.99) {
+          for (Index i = 0; i < len; ++i) ASSERT_EQ(reference.data()[i], 0.0f) << i;
+        }
+      }
+    }
+}
+
+// Draw i is half of the SplitMix64 output of pair i / 2 (random.hpp): the even draw the low half,
+// the odd one the high half, and pairs of one key are the stream key + j gamma.
+TEST(Dropout, DrawsAreTheHalvesOfTheKeysSplitMixStream) {
+  const std::uint64_t key = 0x0123456789abcdefULL;
+  for (std::uint64_t j : {0ULL, 1ULL, 1000ULL}) {
+    const std::uint64_t out = mix64(key + j * kSplitMixGamma);
+    EXPECT_EQ(draw_bits(key, 2 * j), static_cast<std::uint32_t>(out));
+    EXPECT_EQ(draw_bits(key, 2 * j + 1), static_cast<std::uint32_t>(out >> 32));
+    EXPECT_EQ(uniform_at(key, 2 * j + 1), static_cast<double>(out >> 32) * 0x1.0p-32);
   }
 }
 

@@ -1,9 +1,11 @@
-// The dropout mask of kernels/dropout.hpp, eight elements at a time with AVX2, for CPUs without
-// AVX-512: the same SplitMix64 hash of (key, i) as uniform_at (random.hpp), so the mask and the
-// output are bitwise those of the scalar loop. AVX2 has no 64-bit multiply: each product by one of
-// mix64's constants is built from 32-bit multiplies (the high x high term falls out of the 64
-// bits). On Zen 3 the scalar loop, four 64-bit multiplies per element on one multiplier, took
-// 8-12% of a training step.
+// The dropout mask of kernels/dropout.hpp, eight elements at a time with AVX2 (also on CPUs with
+// AVX-512: one mix per two elements leaves the mask bound by memory, not by vector width): the
+// draws of random.hpp's draw_bits, so the mask and the output are bitwise those of the scalar
+// loop. Each 64-bit lane runs the SplitMix64 stream of `key` at one pair of elements, and its two
+// 32-bit halves are the pair's draws, already in memory order. AVX2 has no 64-bit multiply: each
+// product by one of mix64's constants is built from 32-bit multiplies (the high x high term falls
+// out of the 64 bits). On Zen 3: 0.32-0.37 ns per element; 1.7 when each element took a mix of a
+// mix (the scalar loop of that hash had been 8-12% of a training step).
 #pragma once
 
 #include "attn/kernels/detail/avx2.hpp"
@@ -17,8 +19,8 @@
 namespace attn::kernels::detail::avx2 {
 
 /// z * c modulo 2^64 in each 64-bit lane: lo(z) lo(c) + (hi(z) lo(c) + lo(z) hi(c)) 2^32, the
-/// two cross products by one 32-bit multiply of z with c's halves swapped (1.6 against 1.8 ns per
-/// element with a third vpmuludq for them).
+/// two cross products by one 32-bit multiply of z with c's halves swapped (with a third vpmuludq
+/// for them, the earlier hash of two mixes per element took 1.8 ns per element instead of 1.6).
 ATTN_TARGET_AVX2 inline __m256i mul64_by(__m256i z, std::uint64_t c) {
   const __m256i c_v = _mm256_set1_epi64x(static_cast<long long>(c));
   const __m256i swapped = _mm256_set1_epi64x(static_cast<long long>((c >> 32) | (c << 32)));
@@ -35,32 +37,32 @@ ATTN_TARGET_AVX2 inline __m256i mix64_x4(__m256i z) {
   return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
 }
 
-/// All ones in the 64-bit lanes whose element is dropped: (mix64(key ^ mix64(index + golden)) >>
-/// 11) < drop_below. Both sides are below 2^63, so the signed compare is the unsigned one.
-ATTN_TARGET_AVX2 inline __m256i drop_mask_x4(__m256i index, __m256i key, __m256i drop_below) {
-  const __m256i golden = _mm256_set1_epi64x(static_cast<long long>(kSplitMixGamma));
-  const __m256i bits = mix64_x4(_mm256_xor_si256(key, mix64_x4(_mm256_add_epi64(index, golden))));
-  return _mm256_cmpgt_epi64(drop_below, _mm256_srli_epi64(bits, 11));
-}
-
 /// out[i] = element first + i dropped ? 0 : in[i] * scale, for i in [0, n); out may alias in.
-/// drop_below = ceil(p * 2^53). The eight elements of a step are hashed as {0, 1, 4, 5} and
-/// {2, 3, 6, 7}, so that one in-lane shuffle of the two masks puts them in order.
+/// Element e is dropped when draw_bits(key, e) < drop_below (ceil(p 2^32), below 2^32), which is
+/// uniform_at(key, e) < p: u = bits 2^-32 is exact, and an integer is below p 2^32 exactly when it
+/// is below its ceiling.
 ATTN_TARGET_AVX2 inline void dropout_mask(float* out, const float* in, Index n, std::uint64_t first,
-                                          std::uint64_t key, std::uint64_t drop_below,
+                                          std::uint64_t key, std::uint32_t drop_below,
                                           float scale) {
-  const __m256i lanes_a = _mm256_setr_epi64x(0, 1, 4, 5), lanes_b = _mm256_setr_epi64x(2, 3, 6, 7);
-  const __m256i key_v = _mm256_set1_epi64x(static_cast<long long>(key));
-  const __m256i below = _mm256_set1_epi64x(static_cast<long long>(drop_below));
+  if (n > 0 && (first & 1)) {  // an odd first element: the high half of its pair's output
+    out[0] = draw_bits(key, first) < drop_below ? 0.0f : in[0] * scale;
+    ++out, ++in, --n, ++first;
+  }
+  // Lane j: the stream at pair first / 2 + j, then 4 pairs further at every step.
+  const auto pair = [&](std::uint64_t j) {
+    return static_cast<long long>(key + (first / 2 + j) * kSplitMixGamma);
+  };
+  __m256i state = _mm256_setr_epi64x(pair(0), pair(1), pair(2), pair(3));
+  const __m256i step = _mm256_set1_epi64x(static_cast<long long>(4 * kSplitMixGamma));
+  // Unsigned bits < drop_below as a signed compare: both with the sign bit flipped.
+  const __m256i sign = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  const __m256i below = _mm256_set1_epi32(static_cast<int>(drop_below ^ 0x80000000u));
   const __m256 scale_v = _mm256_set1_ps(scale);
   for (Index i = 0; i < n; i += 8) {
-    const __m256i base =
-        _mm256_set1_epi64x(static_cast<long long>(first + static_cast<std::uint64_t>(i)));
-    const __m256 a =
-        _mm256_castsi256_ps(drop_mask_x4(_mm256_add_epi64(base, lanes_a), key_v, below));
-    const __m256 b =
-        _mm256_castsi256_ps(drop_mask_x4(_mm256_add_epi64(base, lanes_b), key_v, below));
-    const __m256 drop = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));  // elements 0..7
+    const __m256i bits = mix64_x4(state);
+    state = _mm256_add_epi64(state, step);
+    const __m256 drop =
+        _mm256_castsi256_ps(_mm256_cmpgt_epi32(below, _mm256_xor_si256(bits, sign)));
     store8(out + i, n - i, _mm256_andnot_ps(drop, _mm256_mul_ps(load8(in + i, n - i), scale_v)));
   }
 }
