@@ -218,6 +218,25 @@ TEST(Dropout, DrawsAreTheHalvesOfTheKeysSplitMixStream) {
   }
 }
 
+// The two halves of one SplitMix64 output are two elements' draws, and consecutive masks of a
+// model come from consecutive keys: neither pair may be correlated. With p = 0.5, both dropped has
+// probability 0.25 (standard error 4e-4 over 2^20 pairs).
+TEST(Dropout, NeighboursAndConsecutiveMasksAreIndependent) {
+  RandomState state{42, 0};
+  const std::uint64_t key = state.next_key(), next = state.next_key();
+  const std::uint64_t n = 1 << 20;
+  double neighbours = 0, keys = 0, dropped = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const bool d = uniform_at(key, 2 * i) < 0.5;
+    dropped += d;
+    neighbours += d && uniform_at(key, 2 * i + 1) < 0.5;
+    keys += d && uniform_at(next, 2 * i) < 0.5;
+  }
+  EXPECT_NEAR(dropped / n, 0.5, 3e-3);
+  EXPECT_NEAR(neighbours / n, 0.25, 3e-3);
+  EXPECT_NEAR(keys / n, 0.25, 3e-3);
+}
+
 TEST(Dropout, GradientsMatchCentralDifferences) {
   Dropout<double> drop(0.4);
   auto state = std::make_shared<RandomState>();
