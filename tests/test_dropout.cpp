@@ -191,14 +191,19 @@ TEST(Dropout, VectorKernelSpansFromAnyElementAreTheScalarLoop) {
   Rng rng(3);
   fill_normal(x, rng, 0, 1);
   for (const std::uint64_t first : {0ULL, 1ULL, 2ULL, 7ULL, (1ULL << 33) + 5})
-    for (const double p : {0.1, 0.5, 1.0 - 0x1.0p-34}) {
+    for (const double p : {0.1, 0.5, 1.0 - 0x1.0p-32, 1.0 - 0x1.0p-34}) {
       for (const Index len : {Index(0), Index(1), Index(2), Index(9), n}) {
         Tensor<float> fast({n}), reference({n});
         kernels::detail::dropout_mask_span(fast.data(), x.data(), len, first, key, p, true);
         kernels::detail::dropout_mask_span(reference.data(), x.data(), len, first, key, p, false);
-        for (Index i = 0; i < len; ++i)
+        Tensor<float> in_place = x.clone();  // as attention rows and dropout_block run it
+        kernels::detail::dropout_mask_span(in_place.data(), in_place.data(), len, first, key, p);
+        for (Index i = 0; i < len; ++i) {
           ASSERT_EQ(std::memcmp(&fast.data()[i], &reference.data()[i], sizeof(float)), 0)
               << "first=" << first << " p=" << p << " len=" << len << " i=" << i;
+          ASSERT_EQ(std::memcmp(&in_place.data()[i], &reference.data()[i], sizeof(float)), 0)
+              << "in place: first=" << first << " p=" << p << " len=" << len << " i=" << i;
+        }
         if (p > 0.99) {
           for (Index i = 0; i < len; ++i) ASSERT_EQ(reference.data()[i], 0.0f) << i;
         }

@@ -176,7 +176,7 @@ TEST(LayerNorm, RejectsBadConfigAndShapes) {
 }
 
 // The fused residual connection (kernels/residual.hpp) against the separate kernels it replaces:
-// dropout, add, layer norm. Bitwise, for float (the AVX-512 mask where the CPU has it) and double,
+// dropout, add, layer norm. Bitwise, for float (the AVX2 mask where the CPU has it) and double,
 // with and without dropout, rows that are not a multiple of the vector width.
 template <class T>
 void expect_fused_residual_is_bitwise_unfused(double p) {

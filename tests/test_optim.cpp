@@ -107,11 +107,10 @@ TEST(Adam, MatchesTorchInDouble) { expect_matches_torch<double>(kTorchDouble, 1e
 TEST(Adam, MatchesTorchWithWeightDecay) { expect_matches_torch<double>(kTorchDoubleDecay, 1e-15); }
 TEST(Adam, MatchesTorchInFloat) { expect_matches_torch<float>(kTorchFloat, 1.5e-7); }
 
-// The float update runs sixteen elements at a time with AVX-512 where the CPU has it, eight with
-// AVX2 where it has only that (the vector path here is the one this CPU takes). Against the
-// scalar loop it may differ only by the rounding of a contracted multiply-add (a few ulp), at any
-// length (vector and chunk edges) and with weight decay on or off; and it is bitwise the same on
-// 1 and 2 threads.
+// The float update runs eight elements at a time where the CPU has AVX2 (AVX-512 ones included).
+// Against the scalar loop it may differ only by the rounding of a contracted multiply-add (a few
+// ulp), at any length (vector and chunk edges) and with weight decay on or off; and it is bitwise
+// the same on 1 and 2 threads.
 TEST(Adam, VectorUpdateMatchesTheScalarLoop) {
   for (const Index n : {Index(1), Index(15), Index(17), Index(8191), Index(8193), Index(20001)}) {
     for (const float decay : {0.0f, 0.01f}) {

@@ -49,12 +49,12 @@ std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::st
 
 namespace {
 
-/// Whether `path` names a directory entry of any kind, a dangling symlink included (so that the
-/// reader names it, instead of it being passed over as absent).
+/// Whether `path` may name a directory entry of any kind: a dangling symlink, or an entry whose
+/// status cannot be read (EACCES, ELOOP), counts, so that the reader names what is wrong with it
+/// instead of it being passed over as absent.
 bool entry_exists(const std::string& path) {
   std::error_code ec;
-  const fs::file_status s = fs::symlink_status(path, ec);
-  return s.type() != fs::file_type::not_found && s.type() != fs::file_type::none;
+  return fs::symlink_status(path, ec).type() != fs::file_type::not_found;
 }
 
 }  // namespace

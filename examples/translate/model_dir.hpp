@@ -26,7 +26,8 @@ std::string checkpoint_path(const std::string& dir, std::int64_t step);
 /// is not a non-negative decimal int64 are not checkpoints of this program and are ignored.
 std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& dir);
 
-/// The file a translator loads: model.safetensors if present, else the newest checkpoint.
+/// The file a translator loads: model.safetensors if there is an entry of that name (a dangling
+/// link included: its reader then says what is wrong), else the newest checkpoint.
 /// Throws IOError naming the directory if it has neither.
 std::string model_file(const std::string& dir);
 

@@ -239,6 +239,18 @@ TEST_F(Reliability, ResumeFallsBackToTheNewestCheckpointThatLoads) {
     ASSERT_EQ(t.skipped_checkpoints().size(), 1u);
     EXPECT_TRUE(contains(t.skipped_checkpoints()[0], newest)) << t.skipped_checkpoints()[0];
   }
+  // A newest checkpoint whose config no longer fits the vocabulary is skipped the same way, and
+  // named with the reason.
+  write_file(newest, bytes);
+  rewrite(newest, [](auto& meta) { meta["config.pad_id"] = "2"; });
+  {
+    tr::Trainer t(o, split());
+    EXPECT_EQ(t.resumed_from(), older);
+    ASSERT_EQ(t.skipped_checkpoints().size(), 1u);
+    EXPECT_TRUE(contains(t.skipped_checkpoints()[0],
+                         "metadata config.pad_id = 2, expected the vocabulary's pad id, 0"))
+        << t.skipped_checkpoints()[0];
+  }
   // And when none loads, every one is named with its reason.
   write_file(older, "junk");
   const std::string msg = error_of([&] { tr::Trainer again(o, split()); });

@@ -33,8 +33,9 @@ void dropout_mask_scalar(T* out, const T* in, Index n, std::uint64_t first, std:
 }
 
 /// out[i] = uniform_at(key, first + i) < p ? 0 : in[i] / (1 - p), for i in [0, n), on the calling
-/// thread: the vector kernel for float where the CPU has AVX2 (unless `vectorized` is false), the
-/// scalar loop otherwise. `out` may alias `in`.
+/// thread: the vector kernel for float where the CPU has AVX2 (unless `vectorized` is false, or p
+/// is within 2^-32 of 1, where every element is dropped), the scalar loop otherwise. `out` may
+/// alias `in`.
 template <class T>
 void dropout_mask_span(T* out, const T* in, Index n, std::uint64_t first, std::uint64_t key,
                        double p, bool vectorized = true) {

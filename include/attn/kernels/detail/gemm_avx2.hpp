@@ -246,8 +246,10 @@ ATTN_TARGET_AVX2 inline void pack_b_panel(const StridedMatrix<const float>& b, I
 /// row, each row's (q1 - q0) NR numbers read front to back, zero past the last column. Packing a
 /// panel at a time instead reads NR numbers per row, one page per row when rows are 4 KiB or more
 /// apart, which the prefetchers do not follow: a cold [2048, 1024] activation (a weight gradient's
-/// B) packed in about 1.0 ms that way, 0.53 ms four panels at a time (AVX-512, NR 32). Both kernels
-/// pack with this one loop: it moves memory, so 8-lane moves serve the AVX-512 kernel as well.
+/// B) packed in about 1.0 ms that way, 0.53 ms four panels at a time (measured with the AVX-512
+/// kernel's own 16-lane copy of this loop, NR 32). Both kernels now pack with this one loop: it
+/// moves memory, so 8-lane moves should serve the AVX-512 kernel as well (not yet measured on an
+/// AVX-512 machine).
 template <int NR>
 ATTN_TARGET_AVX2 void pack_b_panels(const StridedMatrix<const float>& b, Index k0, Index kc,
                                     Index q0, Index q1, float* first) {

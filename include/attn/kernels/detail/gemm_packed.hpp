@@ -40,8 +40,8 @@ inline float* pack_buffer(PackSlot slot, Index floats) {
   return buf.data;
 }
 
-/// Panels of B per packing task when B's rows are contiguous (pack_b_panels): 512 bytes of each
-/// row.
+/// Panels of B per packing task when B's rows are contiguous (pack_b_panels): 256 bytes of each
+/// row for the AVX2 kernel, 512 for the AVX-512 one.
 inline constexpr Index kPackPanels = 4;
 
 /// Packs the panels [q0, q1) of B's kc-deep block at row k0 into `packed` (whose panels they must
