@@ -215,9 +215,9 @@ void Trainer::resume_newest_loadable(const TrainOptions& given) {
 void Trainer::resume_from(const std::string& path) {
   const SafetensorsFile file = load_safetensors(path);
   const auto& meta = file.metadata();
-  check_vocab_metadata(meta, vocab_, path);
+  const TransformerConfig config = model_config(file, vocab_);
   restore_options(opt_, meta, path);
-  build(model_config(file, vocab_));
+  build(config);
   // Everything the metadata holds is checked before the weights are loaded.
   check_data_fingerprint(meta, path, data_fingerprint_);
   const DataPosition position = restore_data_position(meta, path, train_batches_->batches().size());

@@ -1,6 +1,7 @@
 #include "translator.hpp"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include <attn/strict_number.hpp>
@@ -12,6 +13,9 @@
 
 namespace attn::translate {
 
+namespace {
+
+/// Throws FormatError if `m` names a vocabulary other than `vocab`.
 void check_vocab_metadata(const std::map<std::string, std::string>& m, const SubwordVocab& vocab,
                           const std::string& file) {
   auto size = m.find(kVocabSizeKey), hash = m.find(kVocabHashKey);
@@ -28,7 +32,10 @@ void check_vocab_metadata(const std::map<std::string, std::string>& m, const Sub
                                    ", spm.model hash ", stored_hash));
 }
 
+}  // namespace
+
 TransformerConfig model_config(const SafetensorsFile& file, const SubwordVocab& vocab) {
+  check_vocab_metadata(file.metadata(), vocab, file.path());
   const TransformerConfig c = config_from_model_file(file);
   const Index V = vocab.size();
   ATTN_CHECK(c.src_vocab == V && c.tgt_vocab == V, FormatError, file.path(),
@@ -98,11 +105,10 @@ Translator::Translator(const std::string& dir) : vocab_(SubwordVocab::load(dir))
   vocab_.check_directory(dir);
   const std::string file = model_file(dir);
   const SafetensorsFile weights = load_safetensors(file);
-  const auto& meta = weights.metadata();
-  check_vocab_metadata(meta, vocab_, file);
   // Every value of the metadata is checked before the model it describes is built.
-  max_len_ = parse_max_len(meta, file);
-  model_ = std::make_unique<Transformer<float>>(model_config(weights, vocab_));
+  const TransformerConfig config = model_config(weights, vocab_);
+  max_len_ = parse_max_len(weights.metadata(), file);
+  model_ = std::make_unique<Transformer<float>>(config);
   load_model(weights, model_->parameters(), LoadOptions{kTrainingStatePrefixes});
   check_finite_parameters(model_->parameters(), file);
   model_->eval();

@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,14 +29,11 @@ inline constexpr Index kMaxTranslateLength = Index(1) << 16;
 inline constexpr const char* kVocabSizeKey = "vocab.size";
 inline constexpr const char* kVocabHashKey = "vocab.hash";
 
-/// Throws FormatError if `metadata` names a vocabulary other than `vocab` (e.g. a checkpoint
-/// copied in from another model directory).
-void check_vocab_metadata(const std::map<std::string, std::string>& metadata,
-                          const SubwordVocab& vocab, const std::string& file);
-
-/// The model configuration of `file` (config_from_model_file), which must also fit `vocab`: one
-/// vocabulary of vocab.size() pieces on both sides, padded with its pad id. FormatError naming the
-/// file and the field otherwise (an edited config.pad_id would decode with a wrong padding mask).
+/// The model configuration of `file` (config_from_model_file), which must also fit `vocab`: made
+/// with it (vocab.size and vocab.hash metadata, so a checkpoint copied in from another model
+/// directory is refused), one vocabulary of vocab.size() pieces on both sides, padded with its pad
+/// id. FormatError naming the file and the field otherwise (an edited config.pad_id would decode
+/// with a wrong padding mask).
 TransformerConfig model_config(const SafetensorsFile& file, const SubwordVocab& vocab);
 
 struct TranslateOptions {
