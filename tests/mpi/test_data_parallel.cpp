@@ -245,12 +245,14 @@ bool same_bits(const Tensor<T>& a, const Tensor<T>& b) {
 // with all_reduce_gradients() after backward, the other with the overlapped form during the last
 // backward pass of each update. The gradients are the same bits after every step, the
 // parameters after k, and some bucket's sum started before backward had ended. `scatter`: both
-// replicas' buckets that hold a decoder norm pack. `piece_bytes`: the overlapped replica's ring
-// messages (the blocking one keeps the default).
+// replicas' buckets that hold a decoder norm pack. `piece_bytes` and `packed_in_flight`: the
+// overlapped replica's ring messages and buffers for packed buckets (the blocking one keeps the
+// defaults).
 template <class T>
 void expect_overlapped_equals_blocking(
     std::size_t bucket_bytes, Index passes, bool scatter = false,
-    std::size_t piece_bytes = DataParallelOptions{}.piece_bytes) {
+    std::size_t piece_bytes = DataParallelOptions{}.piece_bytes,
+    std::size_t packed_in_flight = DataParallelOptions{}.packed_in_flight) {
   const Index steps = 3;
   const TransformerConfig config = testing::task_config(23, 0.1);
   testing::Trainer<T> blocking(config), overlapped(config);
@@ -261,8 +263,10 @@ void expect_overlapped_equals_blocking(
   DataParallelOptions options = buckets_of(bucket_bytes);
   DataParallel<T> dp_blocking(blocking.model.parameters(), MPI_COMM_WORLD, options);
   options.piece_bytes = piece_bytes;
+  options.packed_in_flight = packed_in_flight;
   DataParallel<T> dp(overlapped.model.parameters(), MPI_COMM_WORLD, options);
   EXPECT_EQ(dp.packed_buckets() > 0, scatter);
+  EXPECT_EQ(dp.packed_buffers(), scatter ? 1u : 0u);  // the blocking form's
   dp.reduce_during_backward(overlapped.model);
   // The same hook, and a record of how many sums had started at each of its calls.
   std::vector<std::size_t> started;
@@ -289,6 +293,10 @@ void expect_overlapped_equals_blocking(
     dp.finish_overlapped();
     for (std::size_t i = 0; i < a.size(); ++i)
       ASSERT_TRUE(same_bits(a[i].grad, b[i].grad)) << a[i].name << " at step " << k;
+    // The packed sums in flight shared packed_in_flight buffers, the first being the blocking
+    // form's (one rank has no other sum to send, and nothing to pack).
+    const std::size_t buffers = std::min(packed_in_flight, dp.packed_buckets());
+    EXPECT_EQ(dp.packed_buffers(), world_size() > 1 ? buffers : dp.packed_buckets() > 0 ? 1 : 0);
     const double lr = noam_lr(k + 1, config.d_model, 2, 1.0);
     blocking.adam.step(lr);
     overlapped.adam.step(lr);
@@ -318,6 +326,21 @@ TEST(DataParallelOverlapped, ManyBucketsInFlightGiveTheSameBitsDouble) {
 TEST(DataParallelOverlapped, PackedBucketsInFlightGiveTheSameBits) {
   expect_overlapped_equals_blocking<float>(4096, 1, true);
   expect_overlapped_equals_blocking<double>(8192, 2, true);
+}
+
+TEST(DataParallelOverlapped, PackedBucketsShareAFewBuffersAndGiveTheSameBits) {
+  // 4096-byte buckets: the decoder norms' gradients make several packed buckets, which wait in
+  // turn for one, two or three buffers.
+  for (std::size_t buffers : {1, 2, 3}) {
+    SCOPED_TRACE(buffers);
+    expect_overlapped_equals_blocking<float>(4096, 1, true, DataParallelOptions{}.piece_bytes,
+                                             buffers);
+    expect_overlapped_equals_blocking<double>(8192, 2, true, 200, buffers);
+  }
+  testing::Trainer<float> t(testing::task_config(23, 0.0));
+  DataParallelOptions options;
+  options.packed_in_flight = 0;
+  EXPECT_THROW(DataParallel<float>(t.model.parameters(), MPI_COMM_WORLD, options), ConfigError);
 }
 
 TEST(DataParallelOverlapped, OneTensorPerBucketWithAccumulationGivesTheSameBits) {

@@ -8,16 +8,15 @@
 // run in a fixed order: the result depends only on the number of ranks N, is the same from run to
 // run, and is the same bits on every rank, which MPI_Allreduce does not promise.
 //
-// Buckets. Gradients are packed into buckets of about DataParallelOptions::bucket_bytes, in the
-// reverse of registration order (the order backward finishes them), and each bucket is one ring
-// all-reduce: a few large messages instead of one per tensor. A model smaller than min_buckets
-// buckets is cut into min_buckets smaller ones, so that its top layers' sums can still start
-// during backward (see Overlap). A bucket whose gradients lie in one range of memory is reduced
-// there, without packing: a tensor larger than a bucket, and every bucket of a model that keeps
-// its gradients in one buffer (Module::gather_gradients; a Transformer does), where the zero
-// padding between tensors is summed along with them. Module::parameters() lists a tied weight
-// once, so it is reduced once. Buffers are allocated at construction (statistics and the
-// overlapped sums: at the first step); later steps allocate nothing.
+// Buckets (gradient_buckets.hpp). Gradients are gathered into buckets of about
+// DataParallelOptions::bucket_bytes, in the reverse of registration order (the order backward
+// finishes them), and each bucket is one ring all-reduce: a few large messages instead of one per
+// tensor. A model smaller than min_buckets buckets is cut into min_buckets smaller ones, so that
+// its top layers' sums can still start during backward (see Overlap). A bucket whose gradients lie
+// in one range of memory is reduced there (a Transformer's all are: Module::gather_gradients);
+// the others are packed into a buffer. Module::parameters() lists a tied weight once, so it is
+// reduced once. Buffers are allocated at construction (statistics and the overlapped sums: at the
+// first step); later steps allocate nothing.
 //
 // Overlap with backward. all_reduce_gradients() sums every bucket after backward. The overlapped
 // form (begin_overlapped, finish_overlapped) starts each bucket's sum during the last backward
@@ -32,21 +31,25 @@
 // model (the 'small' preset: 30 MB) is cut into min_buckets = 4 buckets of at most a quarter of it,
 // so its embedding (27% of it) is a bucket of its own and its layers' three overlap backward.
 // Each in-flight bucket needs its own scratch (one piece of a ring message, DataParallelOptions::
-// piece_bytes), and a bucket that packs its own copy.
+// piece_bytes). Packed buckets share DataParallelOptions::packed_in_flight buffers: they start in
+// bucket order on every rank, and one whose turn comes while every buffer is in use waits for a
+// buffer, moving every sum in flight on meanwhile. (Every wait here moves every sum on, so a
+// rank waiting for one sum never stalls another that a waiting peer needs.)
 #pragma once
 
 #include <mpi.h>
 
 #include <algorithm>
 #include <array>
-#include <cstdint>
-#include <cstring>
 #include <limits>
+#include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attn/error.hpp"
 #include "attn/nn/module.hpp"
+#include "attn/train/gradient_buckets.hpp"
 #include "attn/train/label_smoothed_loss.hpp"
 #include "attn/train/replica_agreement.hpp"
 #include "attn/train/ring_all_reduce.hpp"
@@ -66,6 +69,10 @@ struct DataParallelOptions {
   /// Values per message of the ring's reduce-scatter steps, in bytes: each sum in flight holds
   /// one such piece as scratch (kRingPieceValues of float by default).
   std::size_t piece_bytes = std::size_t{4} << 20;
+  /// Packed buckets whose overlapped sums may be in flight at once, each in a buffer the size of
+  /// the largest packed bucket (>= 1): more lets more of them overlap backward, fewer hold less
+  /// memory. (A Transformer packs none.)
+  std::size_t packed_in_flight = 2;
 };
 
 /// Sums gradients and loss statistics over the ranks of a communicator. Every rank constructs
@@ -83,11 +90,13 @@ class DataParallel {
                "DataParallel: min_buckets must be at least 1, got ", options.min_buckets);
     ATTN_CHECK(options.piece_bytes >= sizeof(T), ConfigError,
                "DataParallel: piece_bytes must hold one value, got ", options.piece_bytes);
+    ATTN_CHECK(options.packed_in_flight >= 1, ConfigError,
+               "DataParallel: packed_in_flight must be at least 1, got ", options.packed_in_flight);
     piece_ = static_cast<Index>(
         std::min<std::size_t>(options.piece_bytes / sizeof(T), std::numeric_limits<int>::max()));
     rank_ = detail::comm_rank(comm_);
     ranks_ = detail::comm_size(comm_);
-    plan_buckets(bucket_capacity(options));
+    plan_buckets(options);
     const int tags = detail::max_tag(comm_) - kFirstTag + 1;
     ATTN_CHECK(buckets_.size() <= static_cast<std::size_t>(tags), ConfigError,
                "DataParallel: ", buckets_.size(), " buckets need more MPI tags than the ", tags,
@@ -100,24 +109,26 @@ class DataParallel {
   int size() const { return ranks_; }
   /// The all-reduce calls one step makes.
   std::size_t buckets() const { return buckets_.size(); }
-  /// The buckets whose gradients are copied into a buffer of their own to be summed (0 for a
+  /// The buckets whose gradients are copied into a buffer to be summed (0 for a
   /// Transformer, whose gradients lie in one buffer).
-  std::size_t packed_buckets() const {
-    return static_cast<std::size_t>(std::count_if(
-        buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.in_place == nullptr; }));
-  }
+  std::size_t packed_buckets() const { return packed_order_.size(); }
+  /// The buffers held for packed buckets: one from construction if any bucket packs, up to
+  /// packed_in_flight from the first overlapped sum.
+  std::size_t packed_buffers() const { return packed_.size(); }
 
   /// Replaces every parameter gradient by its sum over the ranks (same bits on every rank).
   void all_reduce_gradients() {
+    ATTN_CHECK(!overlapping_, Error,
+               "DataParallel::all_reduce_gradients: an overlapped sum is not finished");
     if (ranks_ == 1) return;
     for (const Bucket& b : buckets_) {
-      if (b.in_place != nullptr) {
+      if (!b.packs()) {
         ring_all_reduce(b.in_place, b.span, scratch_.data(), comm_, piece_);
         continue;
       }
-      pack(b, packed_.data());
-      ring_all_reduce(packed_.data(), b.span, scratch_.data(), comm_, piece_);
-      unpack(b, packed_.data());
+      pack_bucket(b, params_, packed_[0].data());
+      ring_all_reduce(packed_[0].data(), b.span, scratch_.data(), comm_, piece_);
+      unpack_bucket(b, params_, packed_[0].data());
     }
   }
 
@@ -152,9 +163,12 @@ class DataParallel {
     if (flights_.size() != buckets_.size()) allocate_flights();
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
       flights_[b].waiting = buckets_[b].members.size();
-      flights_[b].started = flights_[b].reduced = false;
+      flights_[b].ready = flights_[b].started = flights_[b].reduced = false;
     }
     std::fill(final_.begin(), final_.end(), 0);
+    free_.resize(packed_.size());
+    std::iota(free_.begin(), free_.end(), std::size_t{0});
+    next_packed_ = 0;
     overlapping_ = true;
   }
 
@@ -170,7 +184,7 @@ class DataParallel {
       ATTN_CHECK(!final_[i], Error, "DataParallel::gradients_final: ", params_[i].name,
                  " reported final twice in one backward pass");
       final_[i] = 1;
-      if (--flights_[bucket_of_[i]].waiting == 0) start(bucket_of_[i]);
+      if (--flights_[bucket_of_[i]].waiting == 0) ready(bucket_of_[i]);
     }
     progress();
   }
@@ -180,7 +194,7 @@ class DataParallel {
   void start_remaining() {
     if (!overlapping_) return;
     for (std::size_t b = 0; b < buckets_.size(); ++b)
-      if (!flights_[b].started) start(b);
+      if (!flights_[b].ready) ready(b);
   }
 
   /// Waits for every sum in flight, so each gradient holds its sum over the ranks. Throws Error,
@@ -190,17 +204,14 @@ class DataParallel {
     ATTN_CHECK(overlapping_, Error, "DataParallel::finish_overlapped: no begin_overlapped");
     overlapping_ = false;
     std::string missing;
-    for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      Flight& f = flights_[b];
-      if (!f.started) {
+    for (std::size_t b = 0; b < buckets_.size(); ++b)
+      if (!flights_[b].started)
         for (std::size_t i : buckets_[b].members)
           if (!final_[i]) missing += (missing.empty() ? "" : ", ") + params_[i].name;
-        continue;
-      }
-      if (f.reduced) continue;
-      f.ring.wait();
-      finish(b);
-    }
+    wait_until([this] {
+      return std::none_of(flights_.begin(), flights_.end(),
+                          [](const Flight& f) { return f.started && !f.reduced; });
+    });
     ATTN_CHECK(missing.empty(), Error, "DataParallel::finish_overlapped: backward never reported ",
                missing, " final, so ", missing.find(',') == std::string::npos ? "its" : "their",
                " sum over the ranks never started (does the model's backward call its gradient "
@@ -241,62 +252,56 @@ class DataParallel {
  private:
   static constexpr int kFirstTag = 2;  // ring_all_reduce() uses tags 0 and 1
 
-  struct Bucket {
-    std::vector<std::size_t> members;  // indices into params_, descending
-    Index elements = 0;                // the members' values
-    T* in_place = nullptr;             // their one range of memory, if they lie in one
-    Index span = 0;                    // values summed: elements, and any padding in the range
-  };
+  using Bucket = GradientBucket<T>;
 
   // One bucket's overlapped sum.
   struct Flight {
     RingInFlight<T> ring;
-    std::vector<T> packed;    // [span] when the bucket packs
     std::vector<T> scratch;   // [ring_scratch_values] one incoming piece
+    std::size_t buffer = 0;   // packed_[buffer] holds a packed bucket's values while in flight
     std::size_t waiting = 0;  // members not yet final
+    bool ready = false;       // members final (or start_remaining): may start
     bool started = false, reduced = false;
   };
-
-  void pack(const Bucket& b, T* out) const {
-    for (std::size_t i : b.members) {
-      const Tensor<T>& g = params_[i].grad;
-      out = std::copy(g.data(), g.data() + g.numel(), out);
-    }
-  }
-
-  void unpack(const Bucket& b, const T* in) {
-    for (std::size_t i : b.members) {
-      Tensor<T>& g = params_[i].grad;
-      std::copy(in, in + g.numel(), g.data());
-      in += g.numel();
-    }
-  }
 
   void allocate_flights() {
     flights_ = std::vector<Flight>(buckets_.size());
     if (ranks_ == 1) return;  // nothing to send
-    for (std::size_t b = 0; b < buckets_.size(); ++b) {
-      const Index n = buckets_[b].span;
-      if (buckets_[b].in_place == nullptr)
-        flights_[b].packed.assign(static_cast<std::size_t>(n), T(0));
-      flights_[b].scratch.assign(static_cast<std::size_t>(ring_scratch_values(n, ranks_, piece_)),
-                                 T(0));
-    }
+    for (std::size_t b = 0; b < buckets_.size(); ++b)
+      flights_[b].scratch.assign(
+          static_cast<std::size_t>(ring_scratch_values(buckets_[b].span, ranks_, piece_)), T(0));
+    const std::size_t buffers = std::min(packed_in_flight_, packed_order_.size());
+    if (buffers > packed_.size()) packed_.resize(buffers, packed_.front());
   }
 
-  // Bucket b's members are final: its ring starts (one tag per bucket: several run at once).
+  // Bucket b may start. A bucket summed in place starts at once; packed ones start in bucket order
+  // (the same on every rank), each when all before it have started and a buffer is free.
+  void ready(std::size_t b) {
+    flights_[b].ready = true;
+    if (!buckets_[b].packs()) {
+      start(b);
+      return;
+    }
+    while (next_packed_ < packed_order_.size() && flights_[packed_order_[next_packed_]].ready)
+      start(packed_order_[next_packed_++]);
+  }
+
+  // Bucket b's ring starts (one tag per bucket: several run at once).
   void start(std::size_t b) {
     Flight& f = flights_[b];
-    f.started = true;
     if (ranks_ == 1) {
-      f.reduced = true;
+      f.started = f.reduced = true;
       return;
     }
     T* data = buckets_[b].in_place;
-    if (data == nullptr) {
-      data = f.packed.data();
-      pack(buckets_[b], data);
+    if (buckets_[b].packs()) {
+      wait_until([this] { return !free_.empty(); });  // before `started`: progress() skips b
+      f.buffer = free_.back();
+      free_.pop_back();
+      data = packed_[f.buffer].data();
+      pack_bucket(buckets_[b], params_, data);
     }
+    f.started = true;
     f.ring.start(data, buckets_[b].span, f.scratch.data(), comm_, kFirstTag + static_cast<int>(b),
                  piece_);
   }
@@ -307,72 +312,47 @@ class DataParallel {
       if (flights_[b].started && !flights_[b].reduced && flights_[b].ring.progress()) finish(b);
   }
 
-  // Bucket b's ring is done: the sums go back into the gradients.
-  void finish(std::size_t b) {
-    if (buckets_[b].in_place == nullptr) unpack(buckets_[b], flights_[b].packed.data());
-    flights_[b].reduced = true;
+  // Moves every sum in flight on until `done()`. Never a blocking wait on one sum: a peer may be
+  // waiting in turn for another sum of this rank's.
+  template <class Done>
+  void wait_until(Done done) {
+    progress();
+    while (!done()) {
+      std::this_thread::yield();
+      progress();
+    }
   }
 
-  /// Values per bucket: bucket_bytes' worth, but at most 1/min_buckets of all gradients.
-  Index bucket_capacity(const DataParallelOptions& options) const {
+  // Bucket b's ring is done: the sums go back into the gradients, and its buffer is free.
+  void finish(std::size_t b) {
+    Flight& f = flights_[b];
+    if (buckets_[b].packs()) {
+      unpack_bucket(buckets_[b], params_, packed_[f.buffer].data());
+      free_.push_back(f.buffer);
+    }
+    f.reduced = true;
+  }
+
+  void plan_buckets(const DataParallelOptions& options) {
     Index total = 0;
     for (const auto& p : params_) total += p.grad.numel();
-    const Index min_buckets = static_cast<Index>(
-        std::min<std::size_t>(options.min_buckets, std::numeric_limits<Index>::max()));
-    const Index share = std::max<Index>(1, (total + min_buckets - 1) / min_buckets);
-    const std::size_t values = options.bucket_bytes / sizeof(T);
-    return static_cast<Index>(std::min<std::size_t>(values, static_cast<std::size_t>(share)));
-  }
-
-  void plan_buckets(Index capacity) {
-    Index largest_packed = 0, largest = 0;
-    Bucket open;
+    buckets_ = plan_gradient_buckets(
+        params_, bucket_capacity<T>(total, options.bucket_bytes, options.min_buckets));
+    packed_in_flight_ = options.packed_in_flight;
     bucket_of_.assign(params_.size(), 0);
     final_.assign(params_.size(), 0);
-    auto close = [&] {
-      if (open.members.empty()) return;
-      locate(open);
-      if (open.in_place == nullptr) largest_packed = std::max(largest_packed, open.span);
-      largest = std::max(largest, open.span);
-      buckets_.push_back(std::move(open));
-      open = Bucket{};
-    };
-    for (std::size_t i = params_.size(); i-- > 0;) {  // backward finishes the last layers first
-      const Index n = params_[i].grad.numel();
-      if (open.elements > 0 && open.elements + n > capacity) close();
-      open.members.push_back(i);
-      open.elements += n;
-      bucket_of_[i] = buckets_.size();
-    }
-    close();
-    packed_.assign(static_cast<std::size_t>(largest_packed), T(0));
-    scratch_.assign(static_cast<std::size_t>(ring_scratch_values(largest, ranks_, piece_)), T(0));
-  }
-
-  // Sets b.in_place and b.span: the members' gradients lie in one range when they are views of one
-  // allocation in index order, each starting at the first detail::kAlignment boundary at or after
-  // the end of the one before (Module::gather_gradients' layout, whose zero padding is summed
-  // along). Else they are packed.
-  void locate(Bucket& b) {
-    const Tensor<T>* prev = nullptr;
-    bool one_range = true;
-    for (auto m = b.members.rbegin(); m != b.members.rend() && one_range; ++m) {
-      const Tensor<T>& g = params_[*m].grad;
-      if (prev != nullptr && g.shares_storage(*prev)) {
-        const auto end = reinterpret_cast<std::uintptr_t>(prev->data() + prev->numel());
-        const std::uintptr_t next =
-            (end + detail::kAlignment - 1) / detail::kAlignment * detail::kAlignment;
-        one_range = reinterpret_cast<std::uintptr_t>(g.data()) == next;
-      } else if (prev != nullptr) {
-        one_range = false;
+    Index largest_packed = 0, largest = 0;
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      for (std::size_t i : buckets_[b].members) bucket_of_[i] = b;
+      if (buckets_[b].packs()) {
+        packed_order_.push_back(b);
+        largest_packed = std::max(largest_packed, buckets_[b].span);
       }
-      prev = &g;
+      largest = std::max(largest, buckets_[b].span);
     }
-    Tensor<T>& first = params_[b.members.back()].grad;
-    const Tensor<T>& last = params_[b.members.front()].grad;
-    one_range = one_range && first.data() != nullptr;
-    b.in_place = one_range ? first.data() : nullptr;
-    b.span = one_range ? static_cast<Index>(last.data() + last.numel() - first.data()) : b.elements;
+    if (!packed_order_.empty())
+      packed_.assign(1, std::vector<T>(static_cast<std::size_t>(largest_packed), T(0)));
+    scratch_.assign(static_cast<std::size_t>(ring_scratch_values(largest, ranks_, piece_)), T(0));
   }
 
   [[noreturn]] void throw_error_of(int failed, int length, const std::string& local_error) const {
@@ -386,8 +366,13 @@ class DataParallel {
   int rank_ = 0, ranks_ = 1;
   Index piece_ = kRingPieceValues;  // values per reduce-scatter message
   std::vector<Bucket> buckets_;
-  std::vector<T> packed_;                  // [largest packed bucket]
-  std::vector<T> scratch_;                 // [ring_scratch_values(largest bucket)] one piece
+  std::vector<std::size_t> packed_order_;  // the buckets that pack, ascending
+  std::size_t packed_in_flight_ = 2;       // DataParallelOptions::packed_in_flight
+  std::vector<std::vector<T>>
+      packed_;                     // [buffers][largest packed bucket]; [0] for the blocking sum
+  std::vector<std::size_t> free_;  // buffers no packed sum in flight holds
+  std::size_t next_packed_ = 0;    // packed_order_[next_packed_] is the next to start
+  std::vector<T> scratch_;         // [ring_scratch_values(largest bucket)] one piece
   mutable std::vector<double> all_stats_;  // [N, 4] every rank's statistics
   std::vector<std::size_t> bucket_of_;     // [params] the bucket of each parameter
   std::vector<Flight> flights_;            // [buckets] overlapped sums, from the first
