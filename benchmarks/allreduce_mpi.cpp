@@ -3,6 +3,9 @@
 // started at once, as when backward reports nothing), and MPI_Allreduce (Open MPI's own
 // algorithm, order not fixed) on one buffer of the same size.
 // Usage: mpirun -np N allreduce_mpi [preset tiny|small|base|big] [vocab] [repeats]
+//                                   [gathered|separate] [packed_in_flight]
+// `separate` gives every gradient an allocation of its own, as a model that does not call
+// Module::gather_gradients has: its buckets are packed, through packed_in_flight buffers.
 // Prints on rank 0: parameters, megabytes, buckets (and how many pack), median milliseconds of
 // each, and the resident memory the overlapped form's buffers add.
 #include <mpi.h>
@@ -52,15 +55,22 @@ int main(int argc, char** argv) {
   const std::string preset = argc > 1 ? argv[1] : "small";
   const attn::Index vocab = argc > 2 ? std::atoll(argv[2]) : 8000;
   const int repeats = argc > 3 ? std::atoi(argv[3]) : 5;
+  const bool separate = argc > 4 && std::string(argv[4]) == "separate";
+  attn::DataParallelOptions options;
+  if (argc > 5) options.packed_in_flight = std::strtoull(argv[5], nullptr, 10);
   attn::TransformerConfig c = preset == "tiny"   ? attn::TransformerConfig::tiny(vocab)
                               : preset == "base" ? attn::TransformerConfig::base(vocab)
                               : preset == "big"  ? attn::TransformerConfig::big(vocab)
                                                  : attn::TransformerConfig::small(vocab);
   attn::Transformer<float> model(c);
-  for (auto& p : model.parameters()) p.grad.vector().setConstant(1.0f);
-  attn::DataParallel<float> dp(model.parameters());
+  auto params = model.parameters();
+  for (auto& p : params) {
+    if (separate) p.grad = attn::Tensor<float>(p.grad.shape());
+    p.grad.vector().setConstant(1.0f);
+  }
+  attn::DataParallel<float> dp(params, MPI_COMM_WORLD, options);
   const double ring = median_ms(repeats, [&] { dp.all_reduce_gradients(); });
-  dp.reduce_during_backward(model);
+  if (!separate) dp.reduce_during_backward(model);  // (start_remaining needs no hook)
   const double before_overlap = resident_mb();
   const double overlapped = median_ms(repeats, [&] {
     dp.begin_overlapped();
@@ -79,12 +89,12 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (rank == 0)
     std::printf(
-        "%s vocab %lld: %lld parameters, %.1f MB, %zu buckets (%zu packed), %d ranks: "
-        "ring %.1f ms, overlapped %.1f ms (its buffers +%.0f MB resident), "
+        "%s vocab %lld: %lld parameters, %.1f MB, %zu buckets (%zu packed, %zu buffers), %d "
+        "ranks: ring %.1f ms, overlapped %.1f ms (its buffers +%.0f MB resident), "
         "MPI_Allreduce %.1f ms (median of %d)\n",
         preset.c_str(), static_cast<long long>(vocab), static_cast<long long>(n),
-        4.0 * static_cast<double>(n) / 1e6, dp.buckets(), dp.packed_buckets(), ranks, ring,
-        overlapped, overlap_mb, library, repeats);
+        4.0 * static_cast<double>(n) / 1e6, dp.buckets(), dp.packed_buckets(), dp.packed_buffers(),
+        ranks, ring, overlapped, overlap_mb, library, repeats);
   MPI_Finalize();
   return 0;
 }
