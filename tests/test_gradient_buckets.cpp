@@ -85,15 +85,16 @@ TEST(GradientBuckets, SeparateGradientsArePackedUnlessABucketHoldsOne) {
 }
 
 TEST(GradientBuckets, ViewsOfOneBufferWithAGapBetweenThemArePacked) {
-  Tensor<float> buffer({64});
+  constexpr Index kLine = detail::kAlignment / sizeof(float);  // floats per alignment boundary
+  Tensor<float> buffer({4 * kLine});
   std::vector<NamedParameter<float>> params(2);
-  params[0].grad = buffer.slice(0, 8);    // the next 16-float (64-byte) boundary is at 16 ...
-  params[1].grad = buffer.slice(32, 40);  // ... but the second starts at 32
+  params[0].grad = buffer.slice(0, 8);                      // the next boundary is at kLine ...
+  params[1].grad = buffer.slice(2 * kLine, 2 * kLine + 8);  // ... but the second starts later
   EXPECT_TRUE(plan_gradient_buckets(params, 100)[0].packs());
-  params[1].grad = buffer.slice(16, 24);  // where gather_gradients would put it
+  params[1].grad = buffer.slice(kLine, kLine + 8);  // where gather_gradients would put it
   const auto buckets = plan_gradient_buckets(params, 100);
   EXPECT_FALSE(buckets[0].packs());
-  EXPECT_EQ(buckets[0].span, 24);
+  EXPECT_EQ(buckets[0].span, kLine + 8);
 }
 
 TEST(GradientBuckets, PackAndUnpackCopyTheMembersInBucketOrder) {

@@ -286,7 +286,11 @@ void expect_overlapped_equals_blocking(
     if (passes > 1) {
       EXPECT_EQ(started[stages - 1], 0u);
     }
-    EXPECT_EQ(started.back(), dp.buckets());
+    // By the end of backward every sum had started but for packed ones queued for a buffer.
+    const std::size_t may_queue =
+        dp.packed_buckets() - std::min(packed_in_flight, dp.packed_buckets());
+    EXPECT_GE(started.back() + may_queue, dp.buckets());
+    EXPECT_LE(started.back(), dp.buckets());
     if (dp.buckets() > 1) {
       EXPECT_GT(started[started.size() - 2], 0u);
     }
@@ -329,13 +333,23 @@ TEST(DataParallelOverlapped, PackedBucketsInFlightGiveTheSameBits) {
 }
 
 TEST(DataParallelOverlapped, PackedBucketsShareAFewBuffersAndGiveTheSameBits) {
-  // 4096-byte buckets: the decoder norms' gradients make several packed buckets, which wait in
-  // turn for one, two or three buffers.
+  // 512-byte buckets: the decoder norms' gradients make more packed buckets (4 in float, 6 in
+  // double) than buffers, so they queue in turn for one, two or three.
+  testing::Trainer<float> f(testing::task_config(23, 0.1));
+  testing::Trainer<double> d(testing::task_config(23, 0.1));
+  scatter_norm_gradients(f);
+  scatter_norm_gradients(d);
+  ASSERT_GT(
+      DataParallel<float>(f.model.parameters(), MPI_COMM_WORLD, buckets_of(512)).packed_buckets(),
+      3u);
+  ASSERT_GT(
+      DataParallel<double>(d.model.parameters(), MPI_COMM_WORLD, buckets_of(512)).packed_buckets(),
+      3u);
   for (std::size_t buffers : {1, 2, 3}) {
     SCOPED_TRACE(buffers);
-    expect_overlapped_equals_blocking<float>(4096, 1, true, DataParallelOptions{}.piece_bytes,
+    expect_overlapped_equals_blocking<float>(512, 1, true, DataParallelOptions{}.piece_bytes,
                                              buffers);
-    expect_overlapped_equals_blocking<double>(8192, 2, true, 200, buffers);
+    expect_overlapped_equals_blocking<double>(512, 2, true, 200, buffers);
   }
   testing::Trainer<float> t(testing::task_config(23, 0.0));
   DataParallelOptions options;

@@ -18,17 +18,20 @@ constexpr Index kTensors = 8, kValues = 100;
 int world_rank() { return detail::comm_rank(MPI_COMM_WORLD); }
 int world_size() { return detail::comm_size(MPI_COMM_WORLD); }
 
-// kTensors gradients of kValues each, every one its own allocation, holding (rank + 1) times its
-// global index: small integers, so every sum over ranks is exact in float.
+// Sets every gradient to (rank + 1) times its global index: small integers, so every sum over
+// ranks is exact in float.
+void set_gradients(std::vector<NamedParameter<float>>& params, int rank) {
+  for (Index t = 0; t < kTensors; ++t)
+    for (Index j = 0; j < kValues; ++j)
+      params[t].grad(j) = static_cast<float>((rank + 1) * (t * kValues + j));
+}
+
+// kTensors gradients of kValues each, every one its own allocation (set_gradients).
 std::vector<NamedParameter<float>> separate_gradients(int rank) {
   std::vector<NamedParameter<float>> params;
-  for (Index t = 0; t < kTensors; ++t) {
-    NamedParameter<float> p{"p" + std::to_string(t), Tensor<float>({kValues}),
-                            Tensor<float>({kValues})};
-    for (Index j = 0; j < kValues; ++j)
-      p.grad(j) = static_cast<float>((rank + 1) * (t * kValues + j));
-    params.push_back(std::move(p));
-  }
+  for (Index t = 0; t < kTensors; ++t)
+    params.push_back({"p" + std::to_string(t), Tensor<float>({kValues}), Tensor<float>({kValues})});
+  set_gradients(params, rank);
   return params;
 }
 
@@ -62,6 +65,8 @@ void expect_exact_sums(const std::vector<NamedParameter<float>>& params, int con
           << params[t].name << "[" << j << "]";
 }
 
+// Should the packed buckets start in different orders on different ranks, this test hangs until
+// ctest's timeout instead of failing.
 TEST(PackedBuckets, FinalInAnotherOrderOnEachRankWithFewerBuffersThanBuckets) {
   const int rank = world_rank(), ranks = world_size();
   for (std::size_t buffers : {1, 2, 4}) {
@@ -100,6 +105,45 @@ TEST(PackedBuckets, TheBlockingSumMayNotRunWhileOverlappedSumsAreInFlight) {
   DataParallel<float> dp(params, MPI_COMM_WORLD, two_tensors_per_bucket(2));
   dp.begin_overlapped();
   EXPECT_THROW(dp.all_reduce_gradients(), Error);
+  dp.start_remaining();
+  dp.finish_overlapped();
+  expect_exact_sums(params, world_size());
+}
+
+TEST(PackedBuckets, OneRankSumsNothingAndHoldsOneBuffer) {
+  const int rank = world_rank();
+  auto params = separate_gradients(rank);
+  DataParallel<float> dp(params, MPI_COMM_SELF, two_tensors_per_bucket(2));
+  dp.begin_overlapped();
+  for (Index id : report_order(1)) dp.gradients_final({id});  // the last bucket first
+  EXPECT_EQ(dp.buckets_started(), 4u);
+  dp.finish_overlapped();
+  dp.all_reduce_gradients();
+  const auto mine = separate_gradients(rank);
+  for (Index t = 0; t < kTensors; ++t)
+    EXPECT_TRUE(params[t].grad.vector() == mine[t].grad.vector()) << params[t].name;
+  EXPECT_EQ(dp.packed_buffers(), 1u);  // the blocking form's, never used
+}
+
+TEST(PackedBuckets, AnUnreportedParameterIsNamedAndTheBucketsQueuedBehindItToo) {
+  // p7 is in the first bucket: the three packed buckets after it queue behind it.
+  auto params = separate_gradients(world_rank());
+  DataParallel<float> dp(params, MPI_COMM_WORLD, two_tensors_per_bucket(1));
+  dp.begin_overlapped();
+  for (Index id = 0; id + 1 < kTensors; ++id) dp.gradients_final({id});
+  EXPECT_EQ(dp.buckets_started(), 0u);
+  try {
+    dp.finish_overlapped();
+    ADD_FAILURE() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "DataParallel::finish_overlapped: backward never reported p7 final, so its sum over "
+              "the ranks never started (does the model's backward call its gradient hook after "
+              "every stage?); nor did the 3 packed buckets after it, which start in turn");
+  }
+  // The ranks are in step again: the next overlapped sum completes.
+  set_gradients(params, world_rank());
+  dp.begin_overlapped();
   dp.start_remaining();
   dp.finish_overlapped();
   expect_exact_sums(params, world_size());

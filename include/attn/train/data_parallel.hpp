@@ -8,15 +8,12 @@
 // run in a fixed order: the result depends only on the number of ranks N, is the same from run to
 // run, and is the same bits on every rank, which MPI_Allreduce does not promise.
 //
-// Buckets (gradient_buckets.hpp). Gradients are gathered into buckets of about
-// DataParallelOptions::bucket_bytes, in the reverse of registration order (the order backward
-// finishes them), and each bucket is one ring all-reduce: a few large messages instead of one per
-// tensor. A model smaller than min_buckets buckets is cut into min_buckets smaller ones, so that
-// its top layers' sums can still start during backward (see Overlap). A bucket whose gradients lie
-// in one range of memory is reduced there (a Transformer's all are: Module::gather_gradients);
-// the others are packed into a buffer. Module::parameters() lists a tied weight once, so it is
-// reduced once. Buffers are allocated at construction (statistics and the overlapped sums: at the
-// first step); later steps allocate nothing.
+// Buckets (gradient_buckets.hpp): gradients are summed in buckets of about
+// DataParallelOptions::bucket_bytes, in the order backward finishes them, one ring all-reduce each;
+// a model smaller than min_buckets buckets is cut into min_buckets (see Overlap). A bucket whose
+// gradients lie in one range (all of a Transformer's) is summed there; the others are packed. A
+// tied weight is listed once, so it is summed once. Buffers are allocated at construction
+// (statistics and the overlapped sums: at the first step); later steps allocate nothing.
 //
 // Overlap with backward. all_reduce_gradients() sums every bucket after backward. The overlapped
 // form (begin_overlapped, finish_overlapped) starts each bucket's sum during the last backward
@@ -32,9 +29,7 @@
 // so its embedding (27% of it) is a bucket of its own and its layers' three overlap backward.
 // Each in-flight bucket needs its own scratch (one piece of a ring message, DataParallelOptions::
 // piece_bytes). Packed buckets share DataParallelOptions::packed_in_flight buffers: they start in
-// bucket order on every rank, and one whose turn comes while every buffer is in use waits for a
-// buffer, moving every sum in flight on meanwhile. (Every wait here moves every sum on, so a
-// rank waiting for one sum never stalls another that a waiting peer needs.)
+// bucket order on every rank, each once an earlier one's sum returns a buffer (nothing waits).
 #pragma once
 
 #include <mpi.h>
@@ -113,7 +108,7 @@ class DataParallel {
   /// Transformer, whose gradients lie in one buffer).
   std::size_t packed_buckets() const { return packed_order_.size(); }
   /// The buffers held for packed buckets: one from construction if any bucket packs, up to
-  /// packed_in_flight from the first overlapped sum.
+  /// packed_in_flight from the first overlapped sum (on more than one rank).
   std::size_t packed_buffers() const { return packed_.size(); }
 
   /// Replaces every parameter gradient by its sum over the ranks (same bits on every rank).
@@ -184,7 +179,7 @@ class DataParallel {
       ATTN_CHECK(!final_[i], Error, "DataParallel::gradients_final: ", params_[i].name,
                  " reported final twice in one backward pass");
       final_[i] = 1;
-      if (--flights_[bucket_of_[i]].waiting == 0) ready(bucket_of_[i]);
+      if (--flights_[bucket_of_[i]].waiting == 0) make_ready(bucket_of_[i]);
     }
     progress();
   }
@@ -193,29 +188,47 @@ class DataParallel {
   /// did not run to its end, so that the other ranks' rings complete.
   void start_remaining() {
     if (!overlapping_) return;
-    for (std::size_t b = 0; b < buckets_.size(); ++b)
-      if (!flights_[b].ready) ready(b);
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      flights_[b].ready = true;
+      if (!flights_[b].started && !buckets_[b].packs()) start(b, buckets_[b].in_place);
+    }
+    start_packed_in_turn();
   }
 
-  /// Waits for every sum in flight, so each gradient holds its sum over the ranks. Throws Error,
-  /// on every rank alike, naming the parameters backward never reported final (their buckets'
-  /// sums never started: a stage missing from the model's hook).
+  /// Waits for every sum, so each gradient holds its sum over the ranks. Throws Error, on every
+  /// rank alike, naming the parameters backward never reported final (their buckets' sums never
+  /// started: a stage missing from the model's hook).
   void finish_overlapped() {
     ATTN_CHECK(overlapping_, Error, "DataParallel::finish_overlapped: no begin_overlapped");
     overlapping_ = false;
     std::string missing;
     for (std::size_t b = 0; b < buckets_.size(); ++b)
-      if (!flights_[b].started)
+      if (!flights_[b].ready)
         for (std::size_t i : buckets_[b].members)
           if (!final_[i]) missing += (missing.empty() ? "" : ", ") + params_[i].name;
-    wait_until([this] {
-      return std::none_of(flights_.begin(), flights_.end(),
-                          [](const Flight& f) { return f.started && !f.reduced; });
-    });
-    ATTN_CHECK(missing.empty(), Error, "DataParallel::finish_overlapped: backward never reported ",
-               missing, " final, so ", missing.find(',') == std::string::npos ? "its" : "their",
-               " sum over the ranks never started (does the model's backward call its gradient "
-               "hook after every stage?)");
+    // Moves every sum on (and starts the packed ones queued for a buffer) until none is in flight,
+    // never blocking on one sum: a peer may need another of this rank's first.
+    progress();
+    while (std::any_of(flights_.begin(), flights_.end(),
+                       [](const Flight& f) { return f.started && !f.reduced; })) {
+      std::this_thread::yield();
+      progress();
+    }
+    const auto queued = std::count_if(flights_.begin(), flights_.end(),
+                                      [](const Flight& f) { return f.ready && !f.started; });
+    if (missing.empty()) {
+      ATTN_CHECK(queued == 0, Error, "DataParallel::finish_overlapped: ", queued,
+                 " final buckets' sums never started (did starting them fail?)");
+      return;
+    }
+    throw Error(detail::concat(
+        "DataParallel::finish_overlapped: backward never reported ", missing, " final, so ",
+        missing.find(',') == std::string::npos ? "its" : "their",
+        " sum over the ranks never started (does the model's backward call its gradient hook "
+        "after every stage?)",
+        queued == 0 ? ""
+                    : detail::concat("; nor did the ", queued,
+                                     " packed buckets after it, which start in turn")));
   }
 
   /// Buckets whose sum has started since begin_overlapped(); 0 outside begin/finish (for tests
@@ -260,7 +273,7 @@ class DataParallel {
     std::vector<T> scratch;   // [ring_scratch_values] one incoming piece
     std::size_t buffer = 0;   // packed_[buffer] holds a packed bucket's values while in flight
     std::size_t waiting = 0;  // members not yet final
-    bool ready = false;       // members final (or start_remaining): may start
+    bool ready = false;       // members final (or start_remaining): may start, in turn if packed
     bool started = false, reduced = false;
   };
 
@@ -274,53 +287,57 @@ class DataParallel {
     if (buffers > packed_.size()) packed_.resize(buffers, packed_.front());
   }
 
-  // Bucket b may start. A bucket summed in place starts at once; packed ones start in bucket order
-  // (the same on every rank), each when all before it have started and a buffer is free.
-  void ready(std::size_t b) {
+  // Bucket b may start: its members are final. One summed in place starts at once; packed ones
+  // start in turn.
+  void make_ready(std::size_t b) {
     flights_[b].ready = true;
-    if (!buckets_[b].packs()) {
-      start(b);
-      return;
-    }
-    while (next_packed_ < packed_order_.size() && flights_[packed_order_[next_packed_]].ready)
-      start(packed_order_[next_packed_++]);
+    if (buckets_[b].packs())
+      start_packed_in_turn();
+    else
+      start(b, buckets_[b].in_place);
   }
 
-  // Bucket b's ring starts (one tag per bucket: several run at once).
-  void start(std::size_t b) {
-    Flight& f = flights_[b];
-    if (ranks_ == 1) {
-      f.started = f.reduced = true;
-      return;
-    }
-    T* data = buckets_[b].in_place;
-    if (buckets_[b].packs()) {
-      wait_until([this] { return !free_.empty(); });  // before `started`: progress() skips b
-      f.buffer = free_.back();
-      free_.pop_back();
-      data = packed_[f.buffer].data();
+  // Packed buckets start in bucket order, the same on every rank, each once it is ready, all before
+  // it have started, and a buffer is free (finish() returns one and calls this again). Nothing
+  // waits here: backward never stalls for a buffer.
+  void start_packed_in_turn() {
+    for (; next_packed_ < packed_order_.size(); ++next_packed_) {
+      const std::size_t b = packed_order_[next_packed_];
+      if (!flights_[b].ready) return;
+      if (ranks_ == 1) {
+        start(b, nullptr);
+        continue;
+      }
+      if (free_.empty()) return;
+      T* data = packed_[free_.back()].data();
       pack_bucket(buckets_[b], params_, data);
+      start(b, data);  // if it throws, the buffer stays free and b unstarted
+      flights_[b].buffer = free_.back();
+      free_.pop_back();
     }
+  }
+
+  // Bucket b's ring starts on `data` (one tag per bucket: several run at once). On one rank the
+  // gradients are their own sum.
+  void start(std::size_t b, T* data) {
+    Flight& f = flights_[b];
+    if (ranks_ > 1)
+      f.ring.start(data, buckets_[b].span, f.scratch.data(), comm_, kFirstTag + static_cast<int>(b),
+                   piece_);
     f.started = true;
-    f.ring.start(data, buckets_[b].span, f.scratch.data(), comm_, kFirstTag + static_cast<int>(b),
-                 piece_);
+    f.reduced = ranks_ == 1;
   }
 
-  // Every ring in flight takes the steps whose messages have arrived.
+  // Every ring in flight takes the steps whose messages have arrived; the packed buckets queued
+  // for a buffer start as finished ones return theirs.
   void progress() {
+    bool freed = false;
     for (std::size_t b = 0; b < buckets_.size(); ++b)
-      if (flights_[b].started && !flights_[b].reduced && flights_[b].ring.progress()) finish(b);
-  }
-
-  // Moves every sum in flight on until `done()`. Never a blocking wait on one sum: a peer may be
-  // waiting in turn for another sum of this rank's.
-  template <class Done>
-  void wait_until(Done done) {
-    progress();
-    while (!done()) {
-      std::this_thread::yield();
-      progress();
-    }
+      if (flights_[b].started && !flights_[b].reduced && flights_[b].ring.progress()) {
+        finish(b);
+        freed = freed || buckets_[b].packs();
+      }
+    if (freed) start_packed_in_turn();
   }
 
   // Bucket b's ring is done: the sums go back into the gradients, and its buffer is free.
