@@ -104,8 +104,8 @@ class DataParallel {
   int size() const { return ranks_; }
   /// The all-reduce calls one step makes.
   std::size_t buckets() const { return buckets_.size(); }
-  /// The buckets whose gradients are copied into a buffer to be summed (0 for a
-  /// Transformer, whose gradients lie in one buffer).
+  /// The buckets whose gradients are copied into a buffer to be summed (0 for a Transformer,
+  /// whose gradients lie in one buffer).
   std::size_t packed_buckets() const { return packed_order_.size(); }
   /// The buffers held for packed buckets: one from construction if any bucket packs, up to
   /// packed_in_flight from the first overlapped sum (on more than one rank).
