@@ -39,7 +39,6 @@
 #include <limits>
 #include <numeric>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "attn/error.hpp"
@@ -206,13 +205,13 @@ class DataParallel {
       if (!flights_[b].ready)
         for (std::size_t i : buckets_[b].members)
           if (!final_[i]) missing += (missing.empty() ? "" : ", ") + params_[i].name;
-    // Moves every sum on (and starts the packed ones queued for a buffer) until none is in flight,
-    // never blocking on one sum: a peer may need another of this rank's first.
-    progress();
-    while (std::any_of(flights_.begin(), flights_.end(),
-                       [](const Flight& f) { return f.started && !f.reduced; })) {
-      std::this_thread::yield();
-      progress();
+    // In bucket order, as every rank does: a packed bucket queued for a buffer gets one from a
+    // sum before it, so it has started by the time its turn comes.
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      if (!flights_[b].started || flights_[b].reduced) continue;
+      flights_[b].ring.wait();
+      finish(b);
+      if (buckets_[b].packs()) start_packed_in_turn();
     }
     const auto queued = std::count_if(flights_.begin(), flights_.end(),
                                       [](const Flight& f) { return f.ready && !f.started; });
