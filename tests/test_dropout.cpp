@@ -211,6 +211,41 @@ TEST(Dropout, VectorKernelSpansFromAnyElementAreTheScalarLoop) {
     }
 }
 
+#if defined(ATTN_HAVE_AVX512)
+// dropout_mask_span takes the widest kernel the CPU has, so the tests above reach one of them:
+// each kernel this CPU can run is checked here against the scalar loop itself, from even and odd
+// first elements and over lengths around its 8 or 16 lanes.
+TEST(Dropout, EachVectorKernelTheCpuHasIsBitwiseTheScalarLoop) {
+  using Kernel =
+      void (*)(float*, const float*, Index, std::uint64_t, std::uint64_t, std::uint32_t, float);
+  std::vector<std::pair<const char*, Kernel>> kernels;
+  if (kernels::detail::cpu_has_avx2_fma())
+    kernels.emplace_back("avx2", &kernels::detail::avx2::dropout_mask);
+  if (kernels::detail::cpu_has_avx512())
+    kernels.emplace_back("avx512", &kernels::detail::avx512::dropout_mask);
+  if (kernels.empty()) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+  const std::uint64_t key = 0x7e57ab1e5eedULL;
+  const Index n = 100;
+  Tensor<float> x({n});
+  Rng rng(11);
+  fill_normal(x, rng, 0, 1);
+  for (const auto& [name, kernel] : kernels)
+    for (const std::uint64_t first : {0ULL, 1ULL, 6ULL, 15ULL, (1ULL << 40) + 3})
+      for (const double p : {0.1, 0.5, 0.3333333333333333})
+        for (const Index len : {Index(1), Index(7), Index(8), Index(15), Index(16), Index(17),
+                                Index(31), Index(33), n}) {
+          const float scale = static_cast<float>(1.0 / (1.0 - p));
+          const auto below = static_cast<std::uint32_t>(std::ceil(std::ldexp(p, 32)));
+          std::vector<float> fast(n, -1.0f), reference(n, -1.0f);
+          kernel(fast.data(), x.data(), len, first, key, below, scale);
+          kernels::detail::dropout_mask_scalar(reference.data(), x.data(), len, first, key, p,
+                                               scale);
+          ASSERT_EQ(std::memcmp(fast.data(), reference.data(), sizeof(float) * n), 0)
+              << name << " first=" << first << " p=" << p << " len=" << len;
+        }
+}
+#endif
+
 // Draw i is half of the SplitMix64 output of pair i / 2 (random.hpp): the even draw the low half,
 // the odd one the high half, and pairs of one key are the stream key + j gamma.
 TEST(Dropout, DrawsAreTheHalvesOfTheKeysSplitMixStream) {

@@ -12,7 +12,7 @@
 namespace attn {
 
 /// SplitMix64's constants (Steele, Lea and Flood, 2014), shared with the vector dropout mask
-/// (kernels/detail/dropout_avx2.hpp), which must draw the same bits.
+/// kernels (kernels/detail/dropout_avx2.hpp and dropout_avx512.hpp), which must draw the same bits.
 inline constexpr std::uint64_t kSplitMixGamma = 0x9e3779b97f4a7c15ULL;  // 2^64 / golden ratio
 inline constexpr std::uint64_t kMix64Multiplier1 = 0xbf58476d1ce4e5b9ULL;
 inline constexpr std::uint64_t kMix64Multiplier2 = 0x94d049bb133111ebULL;

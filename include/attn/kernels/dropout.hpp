@@ -1,10 +1,10 @@
 // Inverted dropout with a counter-based mask: element i is dropped iff uniform_at(key, i) < p, and
 // kept elements are scaled by 1 / (1 - p) so evaluation needs no rescaling. The mask is a pure
 // function of (key, i), so backward regenerates it instead of storing it, and it does not depend
-// on how the loop is split across threads. For float on a CPU with AVX2 (AVX-512 ones included)
-// the hash runs on eight elements at a time (detail/dropout_avx2.hpp), with bitwise the same result
-// as the scalar loop, which stays as the path for double and other CPUs and as the tests'
-// reference.
+// on how the loop is split across threads. For float the hash runs on sixteen elements at a time
+// on a CPU with AVX-512 (detail/dropout_avx512.hpp) and on eight with AVX2 (dropout_avx2.hpp),
+// with bitwise the same result as the scalar loop, which stays as the path for double and other
+// CPUs and as the tests' reference.
 #pragma once
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "attn/kernels/detail/dropout_avx2.hpp"
+#include "attn/kernels/detail/dropout_avx512.hpp"
 #include "attn/parallel.hpp"
 #include "attn/random.hpp"
 #include "attn/tensor.hpp"
@@ -21,7 +22,7 @@ namespace attn::kernels {
 
 namespace detail {
 
-/// Elements per task of the parallel loop: a multiple of the 8 the vector kernel takes at a time.
+/// Elements per task of the parallel loop: a multiple of the 16 the vector kernels take at a time.
 inline constexpr Index kDropoutChunk = 4096;
 
 /// out[i] = uniform_at(key, first + i) < p ? 0 : in[i] * scale, for i in [0, n), one at a time.
@@ -33,9 +34,9 @@ void dropout_mask_scalar(T* out, const T* in, Index n, std::uint64_t first, std:
 }
 
 /// out[i] = uniform_at(key, first + i) < p ? 0 : in[i] / (1 - p), for i in [0, n), on the calling
-/// thread: the vector kernel for float where the CPU has AVX2 (unless `vectorized` is false, or p
-/// is within 2^-32 of 1, where every element is dropped), the scalar loop otherwise. `out` may
-/// alias `in`.
+/// thread: a vector kernel for float where the CPU has AVX-512 or AVX2 (unless `vectorized` is
+/// false, or p is within 2^-32 of 1, where every element is dropped), the scalar loop otherwise.
+/// `out` may alias `in`.
 template <class T>
 void dropout_mask_span(T* out, const T* in, Index n, std::uint64_t first, std::uint64_t key,
                        double p, bool vectorized = true) {
@@ -45,9 +46,11 @@ void dropout_mask_span(T* out, const T* in, Index n, std::uint64_t first, std::u
     // Drawn bits below ceil(p 2^32) are dropped; at 2^32 (p within 2^-32 of 1) all are, which the
     // scalar loop does.
     const auto drop_below = static_cast<std::uint64_t>(std::ceil(std::ldexp(p, 32)));
-    if (vectorized && drop_below < (std::uint64_t{1} << 32) && cpu_has_avx2_fma())
-      return avx2::dropout_mask(out, in, n, first, key, static_cast<std::uint32_t>(drop_below),
-                                scale);
+    if (vectorized && drop_below < (std::uint64_t{1} << 32)) {
+      const auto below = static_cast<std::uint32_t>(drop_below);
+      if (cpu_has_avx512()) return avx512::dropout_mask(out, in, n, first, key, below, scale);
+      if (cpu_has_avx2_fma()) return avx2::dropout_mask(out, in, n, first, key, below, scale);
+    }
   }
 #endif
   (void)vectorized;

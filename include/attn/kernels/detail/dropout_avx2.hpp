@@ -1,11 +1,11 @@
-// The dropout mask of kernels/dropout.hpp, eight elements at a time with AVX2 (also on CPUs with
-// AVX-512, where 16 lanes were not measured: at one mix per two elements the mask is about 1% of a
-// training step): the draws of random.hpp's draw_bits, so the mask and the output are bitwise
-// those of the scalar loop. Each 64-bit lane runs the SplitMix64 stream of `key` at one pair of
-// elements, and its two 32-bit halves are the pair's draws, already in memory order. AVX2 has no
-// 64-bit multiply: each product by one of mix64's constants is built from 32-bit multiplies (the
-// high x high term falls out of the 64 bits). On Zen 3: 0.32-0.37 ns per element; 1.7 when each
-// element took a mix of a mix (the scalar loop of that hash had been 8-12% of a training step).
+// The dropout mask of kernels/dropout.hpp, eight elements at a time with AVX2 (CPUs with AVX-512
+// take dropout_avx512.hpp's sixteen): the draws of random.hpp's draw_bits, so the mask and the
+// output are bitwise those of the scalar loop. Each 64-bit lane runs the SplitMix64 stream of `key`
+// at one pair of elements, and its two 32-bit halves are the pair's draws, already in memory order.
+// AVX2 has no 64-bit multiply: each product by one of mix64's constants is built from 32-bit
+// multiplies (the high x high term falls out of the 64 bits). On Zen 3: 0.32-0.37 ns per
+// element; 1.7 when each element took a mix of a mix (the scalar loop of that hash had been 8-12%
+// of a training step).
 #pragma once
 
 #include "attn/kernels/detail/avx2.hpp"
