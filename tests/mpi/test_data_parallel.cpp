@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "error_helpers.hpp"
 #include "training_task.hpp"
 
 namespace attn {
@@ -405,15 +406,10 @@ TEST(DataParallelOverlapped, AParameterBackwardNeverReportedIsNamedAtFinish) {
   for (std::size_t i = 1; i < params.size(); ++i) all_but_first.push_back(static_cast<Index>(i));
   dp.begin_overlapped();
   dp.gradients_final(all_but_first);
-  try {
-    dp.finish_overlapped();
-    ADD_FAILURE() << "expected Error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "DataParallel::finish_overlapped: backward never reported src_embed.weight final, "
-              "so its sum over the ranks never started (does the model's backward call its "
-              "gradient hook after every stage?)");
-  }
+  EXPECT_EQ(testing::error_of<Error>([&] { dp.finish_overlapped(); }),
+            "DataParallel::finish_overlapped: backward never reported src_embed.weight final, so "
+            "its sum over the ranks never started (does the model's backward call its gradient "
+            "hook after every stage?)");
   // Reported twice is refused at once.
   dp.begin_overlapped();
   dp.gradients_final({1});
@@ -452,27 +448,19 @@ TEST(DataParallel, AnErrorOnOneRankIsThrownOnEveryRankWithItsMessage) {
   DataParallel<float> dp(t.model.parameters());
   const int bad = ranks - 1;
   const std::string error = rank == bad ? "loss is NaN at step 7" : "";
-  try {
-    dp.all_reduce(LossStats{}, error);
-    ADD_FAILURE() << "expected ReplicaError on rank " << rank;
-  } catch (const ReplicaError& e) {
-    EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(bad) + " of " +
-                                         std::to_string(ranks) + ": loss is NaN at step 7");
-  }
+  EXPECT_EQ(
+      testing::error_of<ReplicaError>([&] { dp.all_reduce(LossStats{}, error); }),
+      "rank " + std::to_string(bad) + " of " + std::to_string(ranks) + ": loss is NaN at step 7")
+      << "on rank " << rank;
   // The ranks are in step again: the next reduction works.
   EXPECT_EQ(dp.all_reduce(LossStats{}).tokens, 0);
 }
 
 TEST(DataParallel, DifferentStartingPointsAreNamed) {
   const int rank = world_rank();
-  try {
-    check_same_on_all_ranks(rank == 1 ? 2 : 1, "training data");
-    ADD_FAILURE() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 1's training data differ from rank 0's"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string message = testing::error_of<ConfigError>(
+      [&] { check_same_on_all_ranks(rank == 1 ? 2 : 1, "training data"); });
+  EXPECT_TRUE(testing::contains(message, "rank 1's training data differ from rank 0's")) << message;
 }
 
 }  // namespace

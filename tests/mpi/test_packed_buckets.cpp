@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "error_helpers.hpp"
+
 namespace attn {
 namespace {
 
@@ -132,15 +134,10 @@ TEST(PackedBuckets, AnUnreportedParameterIsNamedAndTheBucketsQueuedBehindItToo) 
   dp.begin_overlapped();
   for (Index id = 0; id + 1 < kTensors; ++id) dp.gradients_final({id});
   EXPECT_EQ(dp.buckets_started(), 0u);
-  try {
-    dp.finish_overlapped();
-    ADD_FAILURE() << "expected Error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "DataParallel::finish_overlapped: backward never reported p7 final, so its sum over "
-              "the ranks never started (does the model's backward call its gradient hook after "
-              "every stage?); nor did the 3 packed buckets after it, which start in turn");
-  }
+  EXPECT_EQ(testing::error_of<Error>([&] { dp.finish_overlapped(); }),
+            "DataParallel::finish_overlapped: backward never reported p7 final, so its sum over "
+            "the ranks never started (does the model's backward call its gradient hook after "
+            "every stage?); nor did the 3 packed buckets after it, which start in turn");
   // The ranks are in step again: the next overlapped sum completes.
   set_gradients(params, world_rank());
   dp.begin_overlapped();
