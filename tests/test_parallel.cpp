@@ -1,12 +1,15 @@
-// Exceptions inside attn's OpenMP parallel regions: an exception may not leave a region by itself
-// (std::terminate), so RegionErrors carries it to the caller. Each test makes the exception happen
-// on a worker thread, where the old code ended the program.
+// attn's OpenMP parallel regions. Exceptions: one may not leave a region by itself
+// (std::terminate), so RegionErrors carries it to the caller; each test makes it happen on a worker
+// thread, where the old code ended the program. Schedules: StealingLoop runs every index once,
+// a thread's own share first, and a thread held up does not hold up the loop.
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "error_helpers.hpp"
@@ -122,6 +125,83 @@ TEST(RegionErrors, AttentionScratchBeyondMemoryIsBadAlloc) {
   }
   run();  // with memory again, the same call succeeds
   EXPECT_NEAR(out[0], 0.25f, 1e-6f);
+}
+
+/// The indices one thread takes from a StealingLoop, in order, when it runs alone.
+std::vector<attn::Index> taken_alone(attn::StealingLoop& loop, int thread) {
+  std::vector<attn::Index> order;
+  loop.run(thread, [&](attn::Index i) { order.push_back(i); });
+  return order;
+}
+
+TEST(StealingLoop, AThreadTakesItsOwnShareUpThenTheOthersFromTheBack) {
+  attn::StealingLoop one_at_a_time(10, 2, attn::Index(1) << 30);  // grain 1
+  EXPECT_EQ(taken_alone(one_at_a_time, 0),
+            (std::vector<attn::Index>{0, 1, 2, 3, 4, 9, 8, 7, 6, 5}));
+  EXPECT_TRUE(taken_alone(one_at_a_time, 1).empty()) << "nothing is left for thread 1";
+
+  // Cost 1: grain = 100 / (8 shares' worth) = 6 indices a take, ascending inside a block.
+  attn::StealingLoop blocks(100, 2, 1);
+  std::vector<attn::Index> expected;
+  for (attn::Index i = 50; i < 100; ++i) expected.push_back(i);  // thread 1's own share
+  for (attn::Index back = 50; back > 0; back -= 6)               // thread 0's, from the back
+    for (attn::Index i = std::max<attn::Index>(back - 6, 0); i < back; ++i) expected.push_back(i);
+  EXPECT_EQ(taken_alone(blocks, 1), expected);
+}
+
+TEST(StealingLoop, EveryIndexRunsExactlyOnceOnAnyTeam) {
+  for (const int threads : {1, 2, 3, 4, 65})
+    for (const attn::Index n : {0, 1, 2, 3, 7, 64, 1000, 4097})
+      for (const attn::Index cost : {attn::Index(1), attn::Index(1) << 30}) {
+        std::vector<std::atomic<int>> runs(static_cast<std::size_t>(n));
+        attn::StealingLoop loop(n, threads, cost);
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(std::min(threads, 4))
+        loop.run(omp_get_thread_num(), [&](attn::Index i) { ++runs[static_cast<std::size_t>(i)]; });
+#else
+        for (int t = 0; t < threads; ++t)
+          loop.run(t, [&](attn::Index i) { ++runs[static_cast<std::size_t>(i)]; });
+#endif
+        for (attn::Index i = 0; i < n; ++i) {
+          ASSERT_EQ(runs[static_cast<std::size_t>(i)].load(), 1)
+              << "index " << i << " of " << n << ", " << threads << " shares, cost " << cost;
+        }
+      }
+}
+
+// Thread 1 stops on its first index until thread 0 has run every other one: thread 0 must take
+// them from thread 1's share (under a static split it would stop after its own half, and thread 1
+// would wait for it forever; the wait gives up after 60 s so that the failure is a failure).
+TEST(StealingLoop, AThreadHeldUpDoesNotHoldUpTheLoop) {
+#if defined(_OPENMP)
+  constexpr attn::Index n = 64;
+  std::atomic<attn::Index> by_first{0};
+  attn::StealingLoop loop(n, 2, attn::Index(1) << 30);
+#pragma omp parallel num_threads(2)
+  {
+    const int thread = omp_get_thread_num();
+    bool waited = false;
+    loop.run(thread, [&](attn::Index) {
+      if (thread == 0) return void(++by_first);
+      if (waited) return;
+      waited = true;
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (by_first.load() < n - 1 && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::yield();
+    });
+    // n when thread 0 took thread 1's whole share before thread 1 started (or alone in the team).
+    if (thread == 0) {
+      EXPECT_GE(by_first.load(), n - 1);
+    }
+  }
+#else
+  GTEST_SKIP() << "built without OpenMP";
+#endif
+}
+
+TEST(StealingLoop, TooManyIndicesAreAShapeError) {
+  EXPECT_THROW(attn::StealingLoop(attn::Index(1) << 31, 2, 1), attn::ShapeError);
+  EXPECT_THROW(attn::StealingLoop(-1, 2, 1), attn::ShapeError);
 }
 
 }  // namespace

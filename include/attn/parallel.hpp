@@ -7,7 +7,9 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cstdint>
 #include <exception>
 #include <mutex>
 
@@ -94,10 +96,108 @@ class RegionErrors {
   std::exception_ptr error_;
 };
 
+namespace detail {
+
+/// A contiguous run [front, back) of a loop's indices, taken from the front by the thread it was
+/// given to and from the back by threads done with their own. Both ends live in one atomic word
+/// (32 bits each), so a take is one compare-exchange and no index is taken twice.
+class alignas(64) IndexRange {
+ public:
+  /// Fewer indices than this fit in a range.
+  static constexpr Index kLimit = Index(1) << 31;
+
+  void assign(Index front, Index back) {
+    word_.store(pack(front, back), std::memory_order_relaxed);
+  }
+  Index size() const {
+    const std::uint64_t w = word_.load(std::memory_order_relaxed);
+    return back_of(w) - front_of(w);
+  }
+  /// Takes up to `count` indices from the front or the back into [begin, end); false when empty.
+  /// The indices carry no data, so relaxed order suffices: the region's end publishes the work.
+  bool take(Index count, bool from_back, Index& begin, Index& end) {
+    std::uint64_t w = word_.load(std::memory_order_relaxed);
+    for (;;) {
+      const Index f = front_of(w), b = back_of(w);
+      if (f >= b) return false;
+      const Index c = std::min(count, b - f);
+      begin = from_back ? b - c : f;
+      end = begin + c;
+      const std::uint64_t next = from_back ? pack(f, b - c) : pack(f + c, b);
+      if (word_.compare_exchange_weak(w, next, std::memory_order_relaxed)) return true;
+    }
+  }
+
+ private:
+  static std::uint64_t pack(Index front, Index back) {
+    return static_cast<std::uint64_t>(front) | (static_cast<std::uint64_t>(back) << 32);
+  }
+  static Index front_of(std::uint64_t w) { return static_cast<Index>(w & 0xffffffffu); }
+  static Index back_of(std::uint64_t w) { return static_cast<Index>(w >> 32); }
+  std::atomic<std::uint64_t> word_{0};
+};
+
+}  // namespace detail
+
+/// A loop over [0, n) shared by the threads of a region, for compute-bound work that a static
+/// split leaves unbalanced: the attention's (batch, head) pairs, whose halves measured up to 25%
+/// apart in time (README, "Where the speed comes from"). Thread t starts on the t-th of equal
+/// contiguous shares, walking up in blocks of `grain` indices (what a static schedule gives it);
+/// done with its share, it takes blocks from the back of the share with the most left. So no
+/// thread waits while another has work, and a core taken by another process does not hold up the
+/// loop. Each index runs once, on some thread: results cannot depend on which.
+class StealingLoop {
+ public:
+  static constexpr int kMaxThreads = 64;
+  /// Indices per take: about kGrainWork elements of work (cost each), at least 8 takes a share.
+  static constexpr Index kGrainWork = 16384;
+
+  /// Threads beyond kMaxThreads only steal. ShapeError unless 0 <= n < IndexRange::kLimit.
+  StealingLoop(Index n, int threads, Index cost)
+      : shares_(std::clamp(threads, 1, kMaxThreads)),
+        grain_(std::clamp(kGrainWork / std::max<Index>(cost, 1), Index(1),
+                          std::max<Index>(n / (8 * shares_), 1))) {
+    ATTN_CHECK(n >= 0 && n < detail::IndexRange::kLimit, ShapeError, "StealingLoop: ", n,
+               " indices; at most ", detail::IndexRange::kLimit - 1, " fit");
+    for (int t = 0; t < shares_; ++t) share_[t].assign(n * t / shares_, n * (t + 1) / shares_);
+  }
+
+  /// Runs body(i) for the indices `thread` takes: its own share, then others' leftovers.
+  template <class Body>
+  void run(int thread, Body&& body) {
+    Index begin = 0, end = 0;
+    if (thread < shares_)
+      while (share_[thread].take(grain_, false, begin, end))
+        for (Index i = begin; i < end; ++i) body(i);
+    for (int victim = fullest(); victim >= 0; victim = fullest())
+      if (share_[victim].take(grain_, true, begin, end))
+        for (Index i = begin; i < end; ++i) body(i);
+  }
+
+ private:
+  /// The share with the most indices left, -1 when all are empty.
+  int fullest() const {
+    int best = -1;
+    Index most = 0;
+    for (int t = 0; t < shares_; ++t)
+      if (const Index left = share_[t].size(); left > most) most = left, best = t;
+    return best;
+  }
+
+  int shares_;
+  Index grain_;
+  std::array<detail::IndexRange, kMaxThreads> share_;
+};
+
 /// body(i) for i in [0, n), split statically over the threads when n * cost (the loop's work in
 /// elements) exceeds min_work, on the calling thread otherwise. Each i must be independent of the
 /// others and computed by one thread, so results do not depend on the thread count. An exception
 /// from body reaches the caller (the other indices may or may not have run).
+///
+/// The split stays static for these row kernels (elementwise, LayerNorm, loss, Adam): a
+/// StealingLoop halved the calling thread's waits at their ends but gave the training step nothing,
+/// most likely because they are bound by the memory path both cores share, so while one thread
+/// waits the other runs faster (README, after the AVX-512 benchmark table).
 template <class Body>
 void parallel_for(Index n, Index cost, Index min_work, Body&& body) {
 #if defined(_OPENMP)

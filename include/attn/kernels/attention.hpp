@@ -198,7 +198,8 @@ void for_each_query_row(const QueryBlock<T>& block, bool causal, Row row) {
 
 /// Runs body(scratch, QueryBlock) for every block of kAttentionQueryBlock query rows of every
 /// (batch row, head) pair, the blocks of a pair in order on one thread: in parallel over the
-/// pairs, each thread with its own scratch, when the work is worth waking a thread team.
+/// pairs (a StealingLoop), each thread with its own scratch, when the work is worth waking a
+/// thread team.
 template <class T, class Body>
 void for_each_query_block(const AttentionShape& shape, const AttentionMask<T>& mask, bool backward,
                           bool drop, Body body) {
@@ -222,12 +223,12 @@ void for_each_query_block(const AttentionShape& shape, const AttentionMask<T>& m
   };
 #if defined(_OPENMP)
   if (pairs > 1 && work >= kAttentionParallelMinWork && opens_team()) {
+    StealingLoop loop(pairs, omp_get_max_threads(), work / pairs);
 #pragma omp parallel
     {
       AttentionScratch<T>& scratch = thread_scratch<T>();
       prepare(scratch);
-#pragma omp for schedule(static)
-      for (Index bh = 0; bh < pairs; ++bh) pair(scratch, bh);
+      loop.run(omp_get_thread_num(), [&](Index bh) { pair(scratch, bh); });
     }
     return errors.rethrow();
   }
