@@ -140,7 +140,7 @@ TEST(StealingLoop, AThreadTakesItsOwnShareUpThenTheOthersFromTheBack) {
             (std::vector<attn::Index>{0, 1, 2, 3, 4, 9, 8, 7, 6, 5}));
   EXPECT_TRUE(taken_alone(one_at_a_time, 1).empty()) << "nothing is left for thread 1";
 
-  // Cost 1: grain = 100 / (8 shares' worth) = 6 indices a take, ascending inside a block.
+  // Cost 1: grain = 100 / (2 shares x 8 takes) = 6 indices a take, ascending inside a block.
   attn::StealingLoop blocks(100, 2, 1);
   std::vector<attn::Index> expected;
   for (attn::Index i = 50; i < 100; ++i) expected.push_back(i);  // thread 1's own share
