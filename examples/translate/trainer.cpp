@@ -68,10 +68,11 @@ double Trainer::update() {
     const Batch& b = replicas_->share(whole);
     if (!error.empty() || b.rows() == 0) continue;
     try {
-      // The gradient overwrites the logits (a handle to the model's buffer): one [N, V] buffer
-      // instead of two.
-      Tensor<float> logits = model_->forward(b.src, b.tgt_in);
-      const LossStats s = loss_->forward_backward_in_place(logits, b.tgt_out, 1.0, step);
+      // Logits of the non-padding targets only, and the gradient overwrites them (a handle to
+      // the model's buffer): one [n, V] buffer instead of two [B, T, V].
+      Tensor<float> logits = model_->forward_scored(b.src, b.tgt_in, b.tgt_out);
+      const LossStats s =
+          loss_->forward_backward_in_place(logits, model_->scored_targets(), 1.0, step);
       check_finite(s, step);
       model_->backward(logits);
       stats += s;
@@ -103,7 +104,8 @@ Trainer::Validation Trainer::validate() {
   if (!valid_batches_) return v;
   detail::EvalGuard<float> guard(*model_);
   for (const Batch& b : valid_batches_->batches())
-    v.loss += loss_->evaluate(model_->forward(b.src, b.tgt_in), b.tgt_out, step());
+    v.loss += loss_->evaluate(model_->forward_scored(b.src, b.tgt_in, b.tgt_out),
+                              model_->scored_targets(), step());
   TranslateOptions t;
   t.greedy = true;
   t.batch_size = 64;

@@ -25,6 +25,7 @@
 #include "attn/nn/gradient_hook.hpp"
 #include "attn/nn/linear.hpp"
 #include "attn/nn/positional_encoding.hpp"
+#include "attn/nn/scored_positions.hpp"
 #include "attn/nn/transformer_config.hpp"
 
 namespace attn {
@@ -100,28 +101,38 @@ class Transformer : public Module<T> {
 
   /// tgt_in [B, T] (BOS + y) over `memory` -> logits [B, T, V]. Call after encode() of the batch.
   const Tensor<T>& decode(const Tensor<TokenId>& tgt_in, const Tensor<T>& memory) {
-    ATTN_CHECK(tgt_in.rank() == 2 && tgt_in.size(1) > 0, ShapeError,
-               "Transformer::decode: expected non-empty target ids [B, T], got ", tgt_in.shape());
-    ATTN_CHECK(memory.rank() == 3 && memory.size(0) == tgt_in.size(0), ShapeError,
-               "Transformer::decode: expected memory [", tgt_in.size(0), ", S, ", config_.d_model,
-               "] for ", tgt_in.size(0), " target rows, got ", memory.shape());
-    tgt_padding_.assign_tokens(tgt_in, config_.pad_id);
-    const Tensor<T>& e = tgt_embed.forward(tgt_in);
-    const Tensor<T>& y = tgt_pos_ ? tgt_pos_->forward(e) : tgt_pe_.forward(e);
-    const Tensor<T>& h =
-        decoder.forward(tgt_dropout.forward(y), memory, tgt_padding_, src_padding_);
-    return generator.forward(h);
+    scoring_ = false;
+    return generator.forward(decoder_output(tgt_in, memory));
   }
 
   /// The training forward: logits [B, T, V] of tgt_in given src.
   const Tensor<T>& forward(const Tensor<TokenId>& src, const Tensor<TokenId>& tgt_in) {
-    ATTN_CHECK(src.rank() == 2 && tgt_in.rank() == 2 && src.size(0) == tgt_in.size(0), ShapeError,
-               "Transformer::forward: expected src [B, S] and tgt_in [B, T] with one B, got ",
-               src.shape(), " and ", tgt_in.shape());
+    check_pair(src, tgt_in, "forward");
     return decode(tgt_in, encode(src));
   }
 
-  /// dlogits [B, T, V] -> accumulates every parameter gradient (shared weights get the sum).
+  /// The training forward where only the scored positions are projected onto the vocabulary:
+  /// logits [n, V] at the n positions where tgt_out [B, T] is not padding (row-major order), whose
+  /// targets are scored_targets() [n]. The padding rows skip the projection, the loss and their
+  /// backward. The logits are forward()'s rows at those positions, and backward(dlogits [n, V])
+  /// after it gives the gradients of forward()'s backward with zero dlogits at padding: to the last
+  /// bit on attn's own GEMM once n >= 16 (kernels/gemm.hpp; fewer rows take another kernel).
+  const Tensor<T>& forward_scored(const Tensor<TokenId>& src, const Tensor<TokenId>& tgt_in,
+                                  const Tensor<TokenId>& tgt_out) {
+    check_pair(src, tgt_in, "forward_scored");
+    ATTN_CHECK(tgt_out.shape() == tgt_in.shape(), ShapeError,
+               "Transformer::forward_scored: expected tgt_out of tgt_in's shape ", tgt_in.shape(),
+               ", got ", tgt_out.shape());
+    const Tensor<T>& h = decoder_output(tgt_in, encode(src));
+    scored_.select(tgt_out, config_.pad_id);
+    scoring_ = true;
+    return generator.forward(scored_.gather(h));
+  }
+  /// The targets of forward_scored()'s logits, [n].
+  const Tensor<TokenId>& scored_targets() const { return scored_.targets(); }
+
+  /// dlogits [B, T, V] (or [n, V] after forward_scored) -> accumulates every parameter gradient
+  /// (shared weights get the sum).
   /// With a gradient hook, calls it after each stage of backward_stages().
   void backward(const Tensor<T>& dlogits) {
     std::size_t stage = 0;
@@ -130,7 +141,8 @@ class Transformer : public Module<T> {
       ATTN_ASSERT(stage < final_by_stage_.size());
       gradient_hook_(final_by_stage_[stage++]);
     };
-    const Tensor<T>& dh = generator.backward(dlogits);
+    const Tensor<T>& dh = scoring_ ? scored_.scatter(generator.backward(dlogits), decoder_shape_)
+                                   : generator.backward(dlogits);
     finished();
     const Tensor<T>& dy = tgt_dropout.backward(decoder.backward(dh, finished));
     tgt_embed.backward(tgt_pos_ ? tgt_pos_->backward(dy) : tgt_pe_.backward(dy));
@@ -173,6 +185,7 @@ class Transformer : public Module<T> {
                "Transformer::decode_step: expected tokens [B, 1], got ", tokens.shape());
     const Tensor<T>& e = tgt_embed.forward(tokens);
     const Tensor<T>& y = tgt_pos_ ? tgt_pos_->forward(e, position) : tgt_pe_.forward(e, position);
+    scoring_ = false;
     return generator.forward(
         decoder.forward_step(tgt_dropout.forward(y), memory, src_padding_, cache));
   }
@@ -203,6 +216,29 @@ class Transformer : public Module<T> {
     return c;
   }
 
+  static void check_pair(const Tensor<TokenId>& src, const Tensor<TokenId>& tgt_in,
+                         const char* what) {
+    ATTN_CHECK(src.rank() == 2 && tgt_in.rank() == 2 && src.size(0) == tgt_in.size(0), ShapeError,
+               "Transformer::", what, ": expected src [B, S] and tgt_in [B, T] with one B, got ",
+               src.shape(), " and ", tgt_in.shape());
+  }
+
+  /// The decoder's output h [B, T, D] for tgt_in over `memory` (decode() before the projection).
+  const Tensor<T>& decoder_output(const Tensor<TokenId>& tgt_in, const Tensor<T>& memory) {
+    ATTN_CHECK(tgt_in.rank() == 2 && tgt_in.size(1) > 0, ShapeError,
+               "Transformer::decode: expected non-empty target ids [B, T], got ", tgt_in.shape());
+    ATTN_CHECK(memory.rank() == 3 && memory.size(0) == tgt_in.size(0), ShapeError,
+               "Transformer::decode: expected memory [", tgt_in.size(0), ", S, ", config_.d_model,
+               "] for ", tgt_in.size(0), " target rows, got ", memory.shape());
+    tgt_padding_.assign_tokens(tgt_in, config_.pad_id);
+    const Tensor<T>& e = tgt_embed.forward(tgt_in);
+    const Tensor<T>& y = tgt_pos_ ? tgt_pos_->forward(e) : tgt_pe_.forward(e);
+    const Tensor<T>& h =
+        decoder.forward(tgt_dropout.forward(y), memory, tgt_padding_, src_padding_);
+    decoder_shape_ = h.shape();
+    return h;
+  }
+
   SinusoidalPositionalEncoding<T> src_pe_{config_.d_model};
   SinusoidalPositionalEncoding<T> tgt_pe_{config_.d_model};
   std::unique_ptr<LearnedPositionalEmbedding<T>> src_pos_;  // only with learned_positions
@@ -212,6 +248,9 @@ class Transformer : public Module<T> {
   std::shared_ptr<RandomState> random_state_;
   KeyPaddingMask src_padding_;                      // [B, S] of the last encode()
   KeyPaddingMask tgt_padding_;                      // [B, T] of the last decode()
+  Shape decoder_shape_;                             // [B, T, D] of the decoder's last output
+  ScoredPositions<T> scored_;                       // of the last forward_scored()
+  bool scoring_ = false;                            // whether the last forward was that
   GradientHook gradient_hook_;                      // empty unless set_gradient_hook
   std::vector<std::vector<Index>> final_by_stage_;  // [stage] parameters() indices it finishes
 };
