@@ -21,6 +21,14 @@
 //   output projection: Nt*2*d*V           (Ns = B*Ls, Nt = B*Lt)
 // Counters: tokens/s = target tokens B*Lt per second, GFLOP/s by that model, %peak of the FMA
 // peak probed in the same run.
+//
+// train_step/multi30k_padded/{forward,scored}: the README's Multi30k recipe (N = 4, d_model 128,
+// h = 4, d_ff 512, dropout 0.3) on a batch shaped like the trainer's length-sorted ones: 180
+// sentences of 20 source tokens and 17 to 22 target tokens, 11.4% of the target positions padding
+// (Multi30k's batches: 12.4% on average). Through forward(), or forward_scored() that projects
+// only the non-padding targets onto the vocabulary; tokens/s counts the non-padding targets, and
+// GFLOP/s uses the FLOP model above for the whole padded batch in both. One model serves both
+// rows, so `--benchmark_enable_random_interleaving=true` alternates them step by step.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -65,56 +73,101 @@ attn::Tensor<attn::TokenId> random_ids(attn::Index B, attn::Index L, std::uint64
   return t;
 }
 
-/// Everything one training step needs, built once and warmed up by kWarmUpSteps steps.
+/// One batch: [B, S] source ids, [B, T] decoder input and targets.
+struct StepBatch {
+  attn::Tensor<attn::TokenId> src, tgt_in, tgt_out;
+};
+
+/// The peer's batch: 32 x 64 random ids on both sides, no padding.
+StepBatch peer_batch() {
+  return {random_ids(kBatch, kLen, 1), random_ids(kBatch, kLen, 2), random_ids(kBatch, kLen, 3)};
+}
+
+/// The Multi30k-shaped batch: row r has 22 - (5 r / 3) % 6 real target positions, then padding.
+constexpr attn::Index kPaddedRows = 180, kPaddedSrc = 20, kPaddedTgt = 22;
+StepBatch padded_batch() {
+  StepBatch b{random_ids(kPaddedRows, kPaddedSrc, 1), random_ids(kPaddedRows, kPaddedTgt, 2),
+              random_ids(kPaddedRows, kPaddedTgt, 3)};
+  for (attn::Index r = 0; r < kPaddedRows; ++r)
+    for (attn::Index t = kPaddedTgt - (5 * r / 3) % 6; t < kPaddedTgt; ++t)
+      b.tgt_in.data()[r * kPaddedTgt + t] = b.tgt_out.data()[r * kPaddedTgt + t] = 0;
+  return b;
+}
+
+attn::TransformerConfig multi30k_config() {
+  attn::TransformerConfig c = attn::TransformerConfig::tiny(kVocab);
+  c.d_model = 128;
+  c.heads = 4;
+  c.d_ff = 512;
+  c.encoder_layers = c.decoder_layers = 4;
+  c.dropout = 0.3;
+  return c;
+}
+
+/// Everything one training step needs, built once and warmed up by kWarmUpSteps steps (of both
+/// kinds with `both`).
 struct TrainSetup {
-  explicit TrainSetup(int which)
-      : config(config_for(which)),
+  TrainSetup(const attn::TransformerConfig& c, StepBatch b, bool both)
+      : config(c),
         model(config),
         adam(model.parameters()),
         loss(0.1, config.pad_id),
-        src(random_ids(kBatch, kLen, 1)),
-        tgt_in(random_ids(kBatch, kLen, 2)),
-        tgt_out(random_ids(kBatch, kLen, 3)) {
-    for (int i = 0; i < kWarmUpSteps; ++i) step();
+        batch(std::move(b)),
+        tokens(static_cast<double>(attn::count_tokens(batch.tgt_out, config.pad_id))) {
+    for (int i = 0; i < kWarmUpSteps; ++i) {
+      step(false);
+      if (both) step(true);
+    }
   }
-  double step() {
+  /// forward(), or forward_scored() (`scored`), loss, backward, Adam.
+  double step(bool scored) {
     adam.zero_grad();
-    attn::Tensor<float> logits = model.forward(src, tgt_in);  // [B, T, V], the model's buffer
-    const auto stats = loss.forward_backward_in_place(logits, tgt_out, 1.0 / tokens());
-    model.backward(logits);  // the gradient, written over the logits
+    // The model's logits buffer; the gradient is written over it.
+    attn::Tensor<float> logits = scored
+                                     ? model.forward_scored(batch.src, batch.tgt_in, batch.tgt_out)
+                                     : model.forward(batch.src, batch.tgt_in);
+    const auto stats = loss.forward_backward_in_place(
+        logits, scored ? model.scored_targets() : batch.tgt_out, 1.0 / tokens);
+    model.backward(logits);
     adam.step(1e-4);
     return stats.mean_loss();
   }
-  static double tokens() { return static_cast<double>(kBatch * kLen); }
+  double flops() const {  // training = 3 x forward over the whole padded batch
+    return 3 * forward_flops(config, static_cast<double>(batch.src.size(0)),
+                             static_cast<double>(batch.src.size(1)),
+                             static_cast<double>(batch.tgt_in.size(1)));
+  }
 
   attn::TransformerConfig config;
   attn::Transformer<float> model;
   attn::Adam<float> adam;
   attn::LabelSmoothedCrossEntropy<float> loss;
-  attn::Tensor<attn::TokenId> src, tgt_in, tgt_out;  // [B, L] each
+  StepBatch batch;
+  double tokens;  // non-padding targets
 };
 
-/// The setup of the last (config, threads) asked for; a new pair replaces it (memory freed first).
+/// The setup of the last (model, threads) asked for (0 small, 1 base, 2 the Multi30k recipe); a
+/// new pair replaces it (memory freed first).
 TrainSetup& train_setup(int which, int threads) {
   static std::unique_ptr<TrainSetup> setup;
   static int key = -1;
   attn::set_num_threads(threads);
   if (key != which * 16 + threads) {
     setup.reset();
-    setup = std::make_unique<TrainSetup>(which);
+    setup = which == 2 ? std::make_unique<TrainSetup>(multi30k_config(), padded_batch(), true)
+                       : std::make_unique<TrainSetup>(config_for(which), peer_batch(), false);
     key = which * 16 + threads;
   }
   return *setup;
 }
 
-void BM_TrainStep(benchmark::State& state, int which) {
+void BM_TrainStep(benchmark::State& state, int which, bool scored) {
   const int threads = static_cast<int>(state.range(0));
   TrainSetup& s = train_setup(which, threads);
   double loss = 0;
   const auto start = attn_bench::loop_start();
-  for (auto _ : state) loss = s.step();
-  attn_bench::set_rate_counters(state, start, 3 * forward_flops(s.config, kBatch, kLen, kLen),
-                                TrainSetup::tokens(), threads);
+  for (auto _ : state) loss = s.step(scored);
+  attn_bench::set_rate_counters(state, start, s.flops(), s.tokens, threads);
   state.counters["peak_RSS_MiB"] = attn_bench::peak_rss_mib();
   if (!std::isfinite(loss)) state.SkipWithError("training loss is not finite");
 }
@@ -179,8 +232,14 @@ void OneAndTwoThreads(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_TrainStep, small, 0)->Name("train_step/small")->Apply(OneAndTwoThreads);
-BENCHMARK_CAPTURE(BM_TrainStep, base, 1)->Name("train_step/base")->Apply(OneAndTwoThreads);
+BENCHMARK_CAPTURE(BM_TrainStep, small, 0, false)->Name("train_step/small")->Apply(OneAndTwoThreads);
+BENCHMARK_CAPTURE(BM_TrainStep, base, 1, false)->Name("train_step/base")->Apply(OneAndTwoThreads);
+BENCHMARK_CAPTURE(BM_TrainStep, padded_forward, 2, false)
+    ->Name("train_step/multi30k_padded/forward")
+    ->Apply(OneAndTwoThreads);
+BENCHMARK_CAPTURE(BM_TrainStep, padded_scored, 2, true)
+    ->Name("train_step/multi30k_padded/scored")
+    ->Apply(OneAndTwoThreads);
 BENCHMARK_CAPTURE(BM_Decode, greedy, 1)
     ->Name("greedy_decode/base")
     ->ArgNames({"batch", "threads"})
