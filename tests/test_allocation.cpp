@@ -111,13 +111,17 @@ struct TrainingStep {
   Index step = 0;
 
   TrainingStep() { model.train(); }
-  /// One update on a batch of [B, S] sources and [B, T] targets with some padding.
+  /// One update on a batch of [B, S] sources and [B, T] targets with some padding, through
+  /// forward() or (`scored`) forward_scored().
   void run(const Tensor<TokenId>& src, const Tensor<TokenId>& tgt_in,
-           const Tensor<TokenId>& tgt_out) {
+           const Tensor<TokenId>& tgt_out, bool scored = false) {
     ++step;
     adam.zero_grad();
-    const Tensor<float>& logits = model.forward(src, tgt_in);
-    loss.forward_backward(logits, tgt_out, 1.0 / 16, step);
+    if (scored)
+      loss.forward_backward(model.forward_scored(src, tgt_in, tgt_out), model.scored_targets(),
+                            1.0 / 16, step);
+    else
+      loss.forward_backward(model.forward(src, tgt_in), tgt_out, 1.0 / 16, step);
     model.backward(loss.dlogits());
     adam.step(noam_lr(step, config.d_model, 10, 0.5));
   }
@@ -148,14 +152,16 @@ Tensor<TokenId> batch(Index rows, Index len, TokenId first) {
 TEST(Allocation, ATrainingStepAllocatesNothingAfterTheFirstSteps) {
   SKIP_UNLESS_COUNTING();
   SKIP_ON_THE_EIGEN_GEMM();
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    TrainingStep s;
-    const auto src = batch(32, 24, 1), tgt_in = batch(32, 20, 2), tgt_out = batch(32, 20, 3);
-    for (int i = 0; i < 2; ++i) s.run(src, tgt_in, tgt_out);
-    EXPECT_EQ(allocations_in([&] { s.run(src, tgt_in, tgt_out); }), 0) << threads << " threads";
-    EXPECT_EQ(allocations_in([&] { s.run(src, tgt_in, tgt_out); }), 0) << threads << " threads";
-  }
+  for (int threads : {1, 2})
+    for (bool scored : {false, true}) {
+      set_num_threads(threads);
+      TrainingStep s;
+      const auto src = batch(32, 24, 1), tgt_in = batch(32, 20, 2), tgt_out = batch(32, 20, 3);
+      for (int i = 0; i < 2; ++i) s.run(src, tgt_in, tgt_out, scored);
+      for (int i = 0; i < 2; ++i)
+        EXPECT_EQ(allocations_in([&] { s.run(src, tgt_in, tgt_out, scored); }), 0)
+            << threads << " threads, scored " << scored;
+    }
 }
 
 TEST(Allocation, BatchesOfShapesSeenBeforeAllocateNothing) {
@@ -165,12 +171,14 @@ TEST(Allocation, BatchesOfShapesSeenBeforeAllocateNothing) {
   TrainingStep s;
   const auto src = batch(32, 24, 1), tgt_in = batch(32, 20, 2), tgt_out = batch(32, 20, 3);
   const auto src2 = batch(12, 17, 4), tgt_in2 = batch(12, 29, 5), tgt_out2 = batch(12, 29, 6);
-  for (int i = 0; i < 2; ++i) {
-    s.run(src, tgt_in, tgt_out);
-    s.run(src2, tgt_in2, tgt_out2);
+  for (bool scored : {false, true}) {
+    for (int i = 0; i < 2; ++i) {
+      s.run(src, tgt_in, tgt_out, scored);
+      s.run(src2, tgt_in2, tgt_out2, scored);
+    }
+    EXPECT_EQ(allocations_in([&] { s.run(src2, tgt_in2, tgt_out2, scored); }), 0) << scored;
+    EXPECT_EQ(allocations_in([&] { s.run(src, tgt_in, tgt_out, scored); }), 0) << scored;
   }
-  EXPECT_EQ(allocations_in([&] { s.run(src2, tgt_in2, tgt_out2); }), 0);
-  EXPECT_EQ(allocations_in([&] { s.run(src, tgt_in, tgt_out); }), 0);
 }
 
 TEST(Allocation, ModuleZeroGradAllocatesNothingAndZeroesEveryGradient) {

@@ -5,6 +5,8 @@
 #include <attn/nn/transformer.hpp>
 #include <attn/train/label_smoothed_loss.hpp>
 
+#include <cstring>
+
 #include "error_helpers.hpp"
 #include "gradcheck.hpp"
 #include "pch.hpp"
@@ -35,6 +37,17 @@ TEST(ScoredPositions, GatherAndScatterTheNonPaddingRowsInOrder) {
             (std::vector<float>{-1, -2, 0, 0, -3, -4, 0, 0, -5, -6, 0, 0}));
 }
 
+// The rows a scatter wrote for one batch are zeroed for the next, whose positions differ.
+TEST(ScoredPositions, ScatterZeroesTheRowsOfTheBatchBefore) {
+  ScoredPositions<float> s;
+  s.select(ids({2, 2}, {4, 5, 6, 7}), 0);
+  s.scatter(Tensor<float>::full({4, 3}, 9.0f), Shape({2, 2, 3}));
+  s.select(ids({2, 2}, {0, 5, 0, 0}), 0);
+  const Tensor<float>& full = s.scatter(Tensor<float>::full({1, 3}, 1.0f), Shape({2, 2, 3}));
+  EXPECT_EQ(std::vector<float>(full.begin(), full.end()),
+            (std::vector<float>{0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0}));
+}
+
 TEST(ScoredPositions, AllPaddingGivesNoRowsAndAZeroGradient) {
   ScoredPositions<float> s;
   s.select(ids({1, 2}, {0, 0}), 0);
@@ -51,7 +64,12 @@ TEST(ScoredPositions, RowCountsThatDoNotMatchAreRefused) {
     s.gather(Tensor<float>({3, 2, 8}));
   });
   EXPECT_NE(msg.find("expected 4 rows, got [3, 2, 8]"), std::string::npos) << msg;
-  EXPECT_THROW(s.scatter(Tensor<float>({2, 8}), Shape({2, 2, 8})), ShapeError);
+  const std::string scatter = testing::error_of<ShapeError>([&] {
+    s.scatter(Tensor<float>({2, 8}), Shape({2, 2, 8}));
+  });
+  EXPECT_NE(scatter.find("expected [3, 8] for [2, 2, 8], got [2, 8]"), std::string::npos)
+      << scatter;
+  EXPECT_THROW(s.scatter(Tensor<float>({3, 7}), Shape({2, 2, 8})), ShapeError);
 }
 
 // The gradient check of test_transformer.cpp through forward_scored: L = sum(logits * R) over the
@@ -115,42 +133,75 @@ StepResult step(Transformer<float>& m, const Tensor<TokenId>& src, const Tensor<
   return r;
 }
 
-// A batch of 4 rows of 9 targets, 22 of them real (16 or more: the products of the scored rows take
-// the same kernel as the whole batch's), with dropout on.
+/// A batch of `rows` sentences of 12 source tokens and T targets: row b has T - (3 b) % 7 real
+/// targets (at least 16 of all, so that the products of the scored rows take the whole batch's
+/// kernel), then padding.
+struct PaddedBatch {
+  Tensor<TokenId> src, tgt_in, tgt_out;
+  PaddedBatch(Index rows, Index T, TokenId first)
+      : src({rows, 12}), tgt_in({rows, T}), tgt_out({rows, T}) {
+    for (Index b = 0; b < rows; ++b) {
+      for (Index s = 0; s < 12; ++s) src(b, s) = static_cast<TokenId>(4 + (first + 5 * b + s) % 40);
+      const Index len = T - (3 * b) % 7;
+      for (Index t = 0; t < T; ++t) {
+        const auto id = [&](Index k) { return static_cast<TokenId>(4 + (first + 7 * b + k) % 40); };
+        tgt_in(b, t) = t >= len ? 0 : t == 0 ? 2 : id(t);
+        tgt_out(b, t) = t >= len ? 0 : t + 1 == len ? 3 : id(t + 1);
+      }
+    }
+  }
+};
+
+/// Whether two float tensors hold the same bits (+0 and -0 differ), else how close they are.
+void expect_same(const Tensor<float>& got, const Tensor<float>& want, bool bitwise,
+                 const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  if (bitwise) {
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * got.numel()), 0) << what;
+    return;
+  }
+  for (Index i = 0; i < got.numel(); ++i)
+    ASSERT_NEAR(got.data()[i], want.data()[i], 1e-5 * (1 + std::abs(want.data()[i])))
+        << what << "[" << i << "]";
+}
+
+// 24 rows of 30 targets, 648 of them real: the weight gradient of the projection is summed over
+// more than one depth block of attn's GEMM (256 deep; 512 with AVX2). Dropout on, V = 48 (a
+// multiple of 16: see forward_scored), and a step on another batch first, so that every buffer
+// holds the numbers of that one.
 TEST(Transformer, ScoredForwardIsTheWholeForwardAtTheNonPaddingTargets) {
-  TransformerConfig c = TransformerConfig::tiny(40);
+  TransformerConfig c = TransformerConfig::tiny(48);
   c.dropout = 0.1;
   Transformer<float> m(c);
   m.train();
-  const auto src =
-      ids({4, 5}, {4, 5, 6, 7, 8, 9, 10, 11, 0, 0, 12, 13, 14, 15, 16, 17, 18, 0, 0, 0});
-  std::vector<TokenId> in(36, 0), out(36, 0);
-  const Index lengths[4] = {9, 3, 6, 4};
-  for (Index b = 0; b < 4; ++b)
-    for (Index t = 0; t < lengths[b]; ++t) {
-      in[static_cast<std::size_t>(b * 9 + t)] = t == 0 ? 2 : static_cast<TokenId>(4 + (b + t) % 30);
-      out[static_cast<std::size_t>(b * 9 + t)] =
-          t + 1 == lengths[b] ? 3 : static_cast<TokenId>(4 + (b + t + 1) % 30);
-    }
-  const auto tgt_in = ids({4, 9}, in), tgt_out = ids({4, 9}, out);
+  const PaddedBatch other(7, 11, 3), batch(24, 30, 1);
+  step(m, other.src, other.tgt_in, other.tgt_out, true);
+  step(m, other.src, other.tgt_in, other.tgt_out, false);
   const std::uint64_t seed = m.random_state().counter;
-  const StepResult whole = step(m, src, tgt_in, tgt_out, false);
+  const StepResult whole = step(m, batch.src, batch.tgt_in, batch.tgt_out, false);
   m.random_state().counter = seed;  // the same dropout masks
-  const StepResult scored = step(m, src, tgt_in, tgt_out, true);
-  ASSERT_EQ(scored.logits.shape(), Shape({22, 40}));
-  EXPECT_EQ(scored.loss.tokens, 22);
+  const StepResult scored = step(m, batch.src, batch.tgt_in, batch.tgt_out, true);
+  EXPECT_EQ(scored.loss.tokens, 648);
   const bool bitwise = kernels::gemm_path() != kernels::GemmPath::eigen;
-  const double tol = bitwise ? 0.0 : 1e-5;
-  EXPECT_NEAR(scored.loss.smoothed_loss, whole.loss.smoothed_loss,
-              tol * std::abs(whole.loss.smoothed_loss));
-  for (Index i = 0; i < whole.logits.numel(); ++i)
-    ASSERT_NEAR(scored.logits.data()[i], whole.logits.data()[i], tol) << "logit " << i;
+  if (bitwise)
+    EXPECT_EQ(scored.loss.smoothed_loss, whole.loss.smoothed_loss);
+  else
+    EXPECT_NEAR(scored.loss.smoothed_loss, whole.loss.smoothed_loss,
+                1e-6 * whole.loss.smoothed_loss);
+  expect_same(scored.logits, whole.logits, bitwise, "logits");
   const auto params = m.parameters();
   for (std::size_t p = 0; p < params.size(); ++p)
-    for (Index i = 0; i < whole.grads[p].numel(); ++i)
-      ASSERT_NEAR(scored.grads[p].data()[i], whole.grads[p].data()[i],
-                  tol * (1 + std::abs(whole.grads[p].data()[i])))
-          << params[p].name << "[" << i << "]";
+    expect_same(scored.grads[p], whole.grads[p], bitwise, params[p].name);
+}
+
+TEST(Transformer, ScoredForwardOfOnlyPaddingHasNoRowsAndZeroGradients) {
+  Transformer<float> m(TransformerConfig::tiny(20));
+  const auto src = ids({2, 2}, {4, 5, 6, 0}), tgt_in = ids({2, 2}, {2, 4, 2, 0});
+  const StepResult r = step(m, src, tgt_in, Tensor<TokenId>::full({2, 2}, 0), true);
+  EXPECT_EQ(r.logits.shape(), Shape({0, 20}));
+  EXPECT_EQ(r.loss.tokens, 0);
+  for (const auto& g : r.grads)
+    for (float v : g) ASSERT_EQ(v, 0.0f);
 }
 
 TEST(Transformer, ScoredForwardRefusesMismatchedShapes) {
@@ -163,7 +214,13 @@ TEST(Transformer, ScoredForwardRefusesMismatchedShapes) {
       << msg;
   m.forward_scored(src, tgt_in, ids({1, 3}, {4, 5, 0}));
   // Two scored rows: the whole batch's [1, 3, V] is not their gradient.
-  EXPECT_THROW(m.backward(Tensor<float>({1, 3, 20})), ShapeError);
+  const std::string backward = testing::error_of<ShapeError>([&] {
+    m.backward(Tensor<float>({1, 3, 20}));
+  });
+  EXPECT_NE(backward.find("after forward_scored, expected dlogits [2, 20] (the scored positions), "
+                          "got [1, 3, 20]"),
+            std::string::npos)
+      << backward;
   m.backward(Tensor<float>({2, 20}));
   m.forward(src, tgt_in);
   EXPECT_THROW(m.backward(Tensor<float>({2, 20})), ShapeError);

@@ -28,6 +28,7 @@
 #include "attn/nn/multi_head_attention.hpp"
 #include "attn/nn/positional_encoding.hpp"
 #include "attn/nn/residual.hpp"
+#include "attn/nn/scored_positions.hpp"
 #include "attn/nn/transformer.hpp"
 
 #include "attn/train/adam.hpp"

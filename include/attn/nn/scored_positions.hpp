@@ -20,17 +20,18 @@ class ScoredPositions {
   /// and their targets.
   void select(const Tensor<TokenId>& targets, TokenId pad_id) {
     positions_.clear();
+    positions_.reserve(static_cast<std::size_t>(targets.numel()));
     for (Index i = 0; i < targets.numel(); ++i)
       if (targets.data()[i] != pad_id) positions_.push_back(i);
-    all_ = targets.numel();
+    all_positions_ = targets.numel();
     targets_.resize({count()});
     for (Index r = 0; r < count(); ++r) targets_.data()[r] = targets.data()[at(r)];
   }
 
   /// The rows of h [B, T, D] at the positions: [n, D].
   const Tensor<T>& gather(const Tensor<T>& h) {
-    ATTN_CHECK(h.rank() >= 2 && h.numel() == all_ * h.size(h.rank() - 1), ShapeError,
-               "ScoredPositions::gather: expected ", all_, " rows, got ", h.shape());
+    ATTN_CHECK(h.rank() >= 2 && h.numel() == all_positions_ * h.size(h.rank() - 1), ShapeError,
+               "ScoredPositions::gather: expected ", all_positions_, " rows, got ", h.shape());
     const Index D = h.size(h.rank() - 1);
     gathered_.resize({count(), D});
     for (Index r = 0; r < count(); ++r) copy_row(h.data() + at(r) * D, gathered_.data() + r * D, D);
@@ -38,20 +39,21 @@ class ScoredPositions {
   }
 
   /// dh at the positions [n, D] -> dh [B, T, D] (`shape`), zero at every other position.
-  const Tensor<T>& scatter(const Tensor<T>& d_scored, const Shape& shape) {
-    const Index D = d_scored.size(d_scored.rank() - 1);
-    ATTN_CHECK(d_scored.rank() == 2 && d_scored.size(0) == count() && shape.numel() == all_ * D,
-               ShapeError, "ScoredPositions::scatter: expected [", count(), ", D] for ", shape,
-               ", got ", d_scored.shape());
+  const Tensor<T>& scatter(const Tensor<T>& dh_scored, const Shape& shape) {
+    const Index D = shape.rank() >= 2 ? shape[shape.rank() - 1] : 0;
+    ATTN_CHECK(shape.numel() == all_positions_ * D && D > 0 && dh_scored.rank() == 2 &&
+                   dh_scored.size(0) == count() && dh_scored.size(1) == D,
+               ShapeError, "ScoredPositions::scatter: expected [", count(), ", ", D, "] for ",
+               shape, ", got ", dh_scored.shape());
     scattered_.resize(shape);
     T* out = scattered_.data();
     Index next = 0;  // the position after the last one written
     for (Index r = 0; r < count(); ++r) {
       std::fill(out + next * D, out + at(r) * D, T(0));
-      copy_row(d_scored.data() + r * D, out + at(r) * D, D);
+      copy_row(dh_scored.data() + r * D, out + at(r) * D, D);
       next = at(r) + 1;
     }
-    std::fill(out + next * D, out + all_ * D, T(0));
+    std::fill(out + next * D, out + all_positions_ * D, T(0));
     return scattered_;
   }
 
@@ -66,7 +68,7 @@ class ScoredPositions {
   }
 
   std::vector<Index> positions_;  // [n] flat indices into [B, T], ascending
-  Index all_ = 0;                 // B T
+  Index all_positions_ = 0;       // B T
   Tensor<TokenId> targets_;       // [n]
   Tensor<T> gathered_;            // [n, D]
   Tensor<T> scattered_;           // [B, T, D]

@@ -116,7 +116,8 @@ class Transformer : public Module<T> {
   /// targets are scored_targets() [n]. The padding rows skip the projection, the loss and their
   /// backward. The logits are forward()'s rows at those positions, and backward(dlogits [n, V])
   /// after it gives the gradients of forward()'s backward with zero dlogits at padding: to the last
-  /// bit on attn's own GEMM once n >= 16 (kernels/gemm.hpp; fewer rows take another kernel).
+  /// bit on attn's own GEMM once n >= 16 (kernels/gemm.hpp; fewer rows take another kernel), and
+  /// the loss's too when V is a multiple of 16 (its rows then start alike for Eigen's SIMD).
   const Tensor<T>& forward_scored(const Tensor<TokenId>& src, const Tensor<TokenId>& tgt_in,
                                   const Tensor<TokenId>& tgt_out) {
     check_pair(src, tgt_in, "forward_scored");
@@ -141,6 +142,9 @@ class Transformer : public Module<T> {
       ATTN_ASSERT(stage < final_by_stage_.size());
       gradient_hook_(final_by_stage_[stage++]);
     };
+    ATTN_CHECK(!scoring_ || (dlogits.rank() == 2 && dlogits.size(0) == scored_.count()), ShapeError,
+               "Transformer::backward: after forward_scored, expected dlogits [", scored_.count(),
+               ", ", config_.tgt_vocab, "] (the scored positions), got ", dlogits.shape());
     const Tensor<T>& dh = scoring_ ? scored_.scatter(generator.backward(dlogits), decoder_shape_)
                                    : generator.backward(dlogits);
     finished();
@@ -183,9 +187,9 @@ class Transformer : public Module<T> {
                                const Tensor<T>& memory, DecoderCache<T>& cache) {
     ATTN_CHECK(tokens.rank() == 2 && tokens.size(1) == 1, ShapeError,
                "Transformer::decode_step: expected tokens [B, 1], got ", tokens.shape());
+    scoring_ = false;
     const Tensor<T>& e = tgt_embed.forward(tokens);
     const Tensor<T>& y = tgt_pos_ ? tgt_pos_->forward(e, position) : tgt_pe_.forward(e, position);
-    scoring_ = false;
     return generator.forward(
         decoder.forward_step(tgt_dropout.forward(y), memory, src_padding_, cache));
   }
