@@ -197,7 +197,8 @@ class StealingLoop {
 /// The split stays static for these row kernels (elementwise, LayerNorm, loss, Adam): a
 /// StealingLoop halved the calling thread's waits at their ends but gave the training step nothing,
 /// most likely because they are bound by the memory path both cores share, so while one thread
-/// waits the other runs faster (README, after the AVX-512 benchmark table).
+/// waits the other runs faster (docs/benchmark-history.md: "A schedule that keeps the static
+/// halves").
 template <class Body>
 void parallel_for(Index n, Index cost, Index min_work, Body&& body) {
 #if defined(_OPENMP)
