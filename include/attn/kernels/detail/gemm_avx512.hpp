@@ -141,18 +141,23 @@ ATTN_TARGET_AVX512 inline void micro_tile_rows(int rows, Index kc, const APanel&
   }
 }
 
-/// dst[k * dst_stride + i] = src[i * ld + k] for i < 16, k < kc: sixteen rows in registers, 16
-/// steps of k at a time (masked loads past kc). Two rounds of unpacks give, in 128-bit lane L of
-/// u[4 g + c], rows 4g..4g+3 at step 4L + c; two rounds of 128-bit lane shuffles gather the four
-/// groups, and each step of k is one full store. On a 32 x 64 panel (attention's K^T) this took
-/// 182 ns against 305 for transpose_into's four-row path with its masked 4-float stores.
+/// dst[k * dst_stride + i] = src[i * ld + k] for i < rows (at most 16), and 0 for rows <= i < 16,
+/// k < kc: sixteen rows in registers, 16 steps of k at a time (masked loads past kc). Two rounds
+/// of unpacks give, in 128-bit lane L of u[4 g + c], rows 4g..4g+3 at step 4L + c; two rounds of
+/// 128-bit lane shuffles gather the four groups, and each step of k is one full store. On a 32 x 64
+/// panel (attention's K^T) this took 182 ns against 305 for transpose_into's four-row path with its
+/// masked 4-float stores.
 ATTN_TARGET_AVX512 inline void transpose_16_rows(const float* src, Index ld, Index kc, float* dst,
-                                                 Index dst_stride) {
+                                                 Index dst_stride, Index rows = 16) {
   for (Index k = 0; k < kc; k += 16) {
     const __mmask16 m = lane_mask(kc - k);
     __m512 r[16], t[16], u[16];
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) {
+      if (i >= rows) {
+        r[i] = _mm512_setzero_ps();
+        continue;
+      }
       r[i] = _mm512_maskz_loadu_ps(m, src + i * ld + k);
       _mm_prefetch(reinterpret_cast<const char*>(src + i * ld + k + 64), _MM_HINT_T0);
     }
@@ -281,13 +286,15 @@ ATTN_TARGET_AVX512 inline void add_row_sums(const StridedMatrix<const float>& a,
 ATTN_TARGET_AVX512 inline void pack_b_panel(const StridedMatrix<const float>& b, Index k0, Index kc,
                                             Index q, float* dst) {
   const Index j0 = q * kNR, cols = std::min<Index>(kNR, b.cols - j0);
-  if (cols < kNR) std::memset(dst, 0, sizeof(float) * static_cast<size_t>(kc * kNR));
-  if (b.row_stride == 1) {  // B = W^T: column j of B is row j of W
-    transpose_into(&b(k0, j0), b.col_stride, cols, kc, dst, kNR);
-  } else {
-    for (Index j = 0; j < cols; ++j)
-      for (Index k = 0; k < kc; ++k) dst[k * kNR + j] = b(k0 + k, j0 + j);
+  if (b.row_stride == 1) {  // B = W^T: column j of B is row j of W; zeros past the last column
+    for (Index r = 0; r < kNR; r += 16)  // (K^T in attention, 22 x 32 at 22 keys: no edge loops)
+      transpose_16_rows(r < cols ? &b(k0, j0 + r) : nullptr, b.col_stride, kc, dst + r, kNR,
+                        std::clamp<Index>(cols - r, 0, 16));
+    return;
   }
+  if (cols < kNR) std::memset(dst, 0, sizeof(float) * static_cast<size_t>(kc * kNR));
+  for (Index j = 0; j < cols; ++j)
+    for (Index k = 0; k < kc; ++k) dst[k * kNR + j] = b(k0 + k, j0 + j);
 }
 
 }  // namespace avx512
