@@ -163,27 +163,30 @@ ATTN_TARGET_AVX512 inline void transpose_16_rows(const float* src, Index ld, Ind
     }
 #pragma GCC unroll 8
     for (int i = 0; i < 16; i += 2) {
-      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+      t[i] = _mm512_maskz_unpacklo_ps(0xFFFF, r[i], r[i + 1]);
+      t[i + 1] = _mm512_maskz_unpackhi_ps(0xFFFF, r[i], r[i + 1]);
     }
 #pragma GCC unroll 4
     for (int g = 0; g < 16; g += 4) {
       const __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 2]);
       const __m512d c = _mm512_castps_pd(t[g + 1]), d = _mm512_castps_pd(t[g + 3]);
-      u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-      u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-      u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-      u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+      u[g] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(0xFF, a, b));
+      u[g + 1] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(0xFF, a, b));
+      u[g + 2] = _mm512_castpd_ps(_mm512_maskz_unpacklo_pd(0xFF, c, d));
+      u[g + 3] = _mm512_castpd_ps(_mm512_maskz_unpackhi_pd(0xFF, c, d));
     }
     const Index steps = std::min<Index>(16, kc - k);
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
-      const __m512 x0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);  // lanes 0, 1 of each
-      const __m512 x1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);  // lanes 2, 3 of each
-      const __m512 x2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-      const __m512 x3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
-      const __m512 o[4] = {_mm512_shuffle_f32x4(x0, x2, 0x88), _mm512_shuffle_f32x4(x0, x2, 0xDD),
-                           _mm512_shuffle_f32x4(x1, x3, 0x88), _mm512_shuffle_f32x4(x1, x3, 0xDD)};
+      constexpr __mmask16 all = 0xFFFF;  // masked forms: GCC 12 warns on the unmasked ones
+      const __m512 x0 = _mm512_maskz_shuffle_f32x4(all, u[c], u[4 + c], 0x44);  // lanes 0, 1
+      const __m512 x1 = _mm512_maskz_shuffle_f32x4(all, u[c], u[4 + c], 0xEE);  // lanes 2, 3
+      const __m512 x2 = _mm512_maskz_shuffle_f32x4(all, u[8 + c], u[12 + c], 0x44);
+      const __m512 x3 = _mm512_maskz_shuffle_f32x4(all, u[8 + c], u[12 + c], 0xEE);
+      const __m512 o[4] = {_mm512_maskz_shuffle_f32x4(all, x0, x2, 0x88),
+                           _mm512_maskz_shuffle_f32x4(all, x0, x2, 0xDD),
+                           _mm512_maskz_shuffle_f32x4(all, x1, x3, 0x88),
+                           _mm512_maskz_shuffle_f32x4(all, x1, x3, 0xDD)};
 #pragma GCC unroll 4
       for (int L = 0; L < 4; ++L)  // o[L]: rows 0..15 at step k + 4L + c
         if (4 * L + c < steps) _mm512_storeu_ps(dst + (k + 4 * L + c) * dst_stride, o[L]);
