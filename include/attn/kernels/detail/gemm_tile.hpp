@@ -91,18 +91,20 @@ struct CTarget {
   }
 };
 
-/// Prefetches into L1 the rows of the C tile the loop of tiles computes after tile (p, q) of `blk`:
-/// the next row panel, or the first of the next column panel. Where C is read back, its rows wait
-/// in L3 or memory (a whole depth block of the task has passed since), and the tile's loads
-/// stalled its FMAs: with this, A^T B at 2048 x 512 x 8000 went from 48-52 to 43-46 ms, at 2048
-/// x 512 x 2048 from 12.6-13.3 to 11.6-12.7 ms (AVX-512, 2 threads, alternating runs).
+/// Prefetches into L1 the rows of the tile after tile (p, q) of `blk` (the next row panel, or the
+/// first of the next column panel) in a [rows, N] matrix whose block starts at `first` (element
+/// (blk.i0, blk.q0 NR)), rows `ld` apart: C where it is read back, and the epilogue's gate. Where
+/// C is read back, its rows wait in L3 or memory (a whole depth block of the task has passed
+/// since), and the tile's loads stalled its FMAs: with this, A^T B at 2048 x 512 x 8000 went from
+/// 48-52 to 43-46 ms, at 2048 x 512 x 2048 from 12.6-13.3 to 11.6-12.7 ms (AVX-512, 2 threads,
+/// alternating runs).
 template <int MR, int NR>
-inline void prefetch_next_c_tile(const CTarget<NR>& c, const CBlock& blk, Index p, Index q) {
+inline void prefetch_next_tile(const float* first, Index ld, const CBlock& blk, Index p, Index q) {
   const bool same_q = p + MR < blk.mc;
   const Index np = same_q ? p + MR : 0, nq = same_q ? q : q + 1;
   if (nq >= blk.q1) return;
-  const float* row = c.tile(blk, np, nq);
-  for (Index r = 0, rows = std::min<Index>(MR, blk.mc - np); r < rows; ++r, row += c.ld)
+  const float* row = first + np * ld + (nq - blk.q0) * NR;
+  for (Index r = 0, rows = std::min<Index>(MR, blk.mc - np); r < rows; ++r, row += ld)
     for (int line = 0; line < NR; line += 16)
       _mm_prefetch(reinterpret_cast<const char*>(row + line), _MM_HINT_T0);
 }
@@ -123,7 +125,12 @@ __attribute__((always_inline)) inline void tiles_of_depth_block(
     for (Index p = 0; p < blk.mc; p += MR) {
       // C is read back (a later depth block, or accumulating): fetch the next tile's rows while
       // this one computes, so that its first FMAs need not wait for them.
-      if (!from_zero) prefetch_next_c_tile<MR, NR>(c, blk, p, q);
+      if (!from_zero) prefetch_next_tile<MR, NR>(c.data, c.ld, blk, p, q);
+      // The gate (the backward of a ReLU and a dropout) is the forward's output, long out of
+      // cache: its rows are fetched a tile ahead too.
+      if (last && epi.gate != nullptr)
+        prefetch_next_tile<MR, NR>(epi.gate + blk.i0 * epi.gate_stride + blk.q0 * NR,
+                                   epi.gate_stride, blk, p, q);
       const APanel ap = L == ALayout::packed
                             ? APanel{packed_a + p * kc, 1, MR}
                             : APanel{&a(blk.i0 + p, k0), a.row_stride, a.col_stride};
