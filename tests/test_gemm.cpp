@@ -587,6 +587,38 @@ TYPED_TEST(OwnGemm, WideProductsInOneDeepBlockHaveTheBitsOfTwoBlocks) {
         }
     }
 }
+
+// A^T B with C many column blocks wide packs A^T once for the whole product and shares it
+// (packs_a_once): the same bits as A read in place by rows (A copied to row-major), on one and two
+// threads, with depths of one, two and three blocks, 13 rows (one thread: a lone edge panel) and
+// 600 (head and tail tasks), accumulating with the bias + ReLU epilogue.
+TYPED_TEST(OwnGemm, ColumnsOfAPackedOnceHaveTheBitsOfRowsInPlace) {
+  using kernels::detail::StridedMatrix;
+  const Index N = 4000;
+  for (Index M : {Index(13), Index(600)})
+    for (Index K : {Index(300), Index(600)}) {
+      const auto at = random_matrix<float>(K, M, 81), b = random_matrix<float>(K, N, 82);
+      const RowMatrix<float> a = at.transpose();
+      const auto bias = random_matrix<float>(1, N, 83), start = random_matrix<float>(M, N, 84);
+      const StridedMatrix<const float> by_columns{at.data(), M, K, 1, M};
+      const StridedMatrix<const float> by_rows{a.data(), M, K, K, 1};
+      const StridedMatrix<const float> bv{b.data(), K, N, N, 1};
+      for (int threads : {1, 2}) {
+        const kernels::detail::GemmTasks<TypeParam> tasks(M, N, K, threads);
+        if (threads > 1 && tasks.own_panels > 0) continue;  // few rows: A^T read in place
+        SCOPED_TRACE(::testing::Message()
+                     << "M=" << M << " K=" << K << ", " << threads << " threads");
+        ASSERT_TRUE(kernels::detail::packs_a_once(by_columns, tasks));
+        ASSERT_FALSE(kernels::detail::packs_a_once(by_rows, tasks));
+        RowMatrix<float> packed = start, in_place = start;
+        for (auto [av, c] : {std::pair{by_columns, &packed}, std::pair{by_rows, &in_place}})
+          kernels::detail::gemm_packed<TypeParam>(av, bv, {c->data(), M, N, N, 1}, true,
+                                                  {bias.data(), true}, threads);
+        EXPECT_TRUE((packed.array() == in_place.array()).all());
+        EXPECT_GT((packed.array() > 0).count(), M * N / 4);
+      }
+    }
+}
 #endif  // ATTN_HAVE_AVX512_GEMM
 
 // The row sums of a, the by-product a weight gradient dy^T x gives as the bias gradient: summed

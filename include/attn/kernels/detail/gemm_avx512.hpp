@@ -12,7 +12,7 @@
 //     thread takes tasks as they come free and, for each depth block, passes every kMR-row panel
 //     of its rows of A over each B panel of its columns (each kept in L1 meanwhile);
 //   - the micro-kernel reads A in place when A's rows or columns are contiguous (ALayout below),
-//     else from panels packed per task;
+//     else from panels packed per task (or, A^T of a wide product, packed once: packs_a_once);
 //   - the micro-kernel keeps a kMR x kNR tile of C in 24 of the 32 zmm registers: per step of k it
 //     loads two vectors of B and broadcasts kMR numbers of A into 24 FMAs.
 // Every element of C is summed in the same order (k ascending within a depth block, blocks
@@ -236,13 +236,18 @@ ATTN_TARGET_AVX512 inline void transpose_into(const float* src, Index ld, Index 
 /// the last panel are left unset: the edge kernel never reads them.
 ATTN_TARGET_AVX512 inline void pack_a(const StridedMatrix<const float>& a, Index i0, Index mc,
                                       Index k0, Index kc, float* dst) {
+  if (a.row_stride == 1) {  // columns contiguous (A = dy^T): each step of k, mc numbers in a row
+    for (Index k = 0; k < kc; ++k)
+      for (Index p = 0; p < mc; p += kMR) {
+        const __mmask16 m = lane_mask(std::min<Index>(kMR, mc - p));
+        _mm512_mask_storeu_ps(dst + p * kc + k * kMR, m,
+                              _mm512_maskz_loadu_ps(m, &a(i0 + p, k0 + k)));
+      }
+    return;
+  }
   for (Index p = 0; p < mc; p += kMR, dst += kc * kMR) {
     const Index rows = std::min<Index>(kMR, mc - p);
-    if (a.row_stride == 1) {  // columns contiguous (A = dy^T): kMR numbers per step of k
-      const __mmask16 m = lane_mask(rows);
-      for (Index k = 0; k < kc; ++k)
-        _mm512_mask_storeu_ps(dst + k * kMR, m, _mm512_maskz_loadu_ps(m, &a(i0 + p, k0 + k)));
-    } else if (a.col_stride == 1) {  // rows contiguous (A = x, dy): transpose into the panel
+    if (a.col_stride == 1) {  // rows contiguous (A = x, dy): transpose into the panel
       transpose_into(&a(i0 + p, k0), a.row_stride, rows, kc, dst, kMR);
     } else {
       for (Index i = 0; i < rows; ++i)

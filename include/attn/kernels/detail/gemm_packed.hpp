@@ -1,6 +1,6 @@
 // The blocking and threading around a micro-kernel (Isa: gemm_avx512.hpp's or gemm_avx2.hpp's):
-// B packed once and shared, A read in place (or packed per thread), blocks of rows handed out as
-// threads come free.
+// B packed once and shared, A read in place (or packed per thread, or once and shared), blocks of
+// rows handed out as threads come free.
 #pragma once
 
 #include "attn/kernels/detail/gemm_avx2.hpp"
@@ -19,14 +19,14 @@ namespace attn::kernels::detail {
 
 /// A 64-byte aligned buffer per thread and purpose that only ever grows, so that a training loop
 /// allocates packing space in its first step and never again.
-enum class PackSlot { b = 0, a = 1, c = 2 };
+enum class PackSlot { b = 0, a = 1, c = 2, shared_a = 3 };
 inline float* pack_buffer(PackSlot slot, Index floats) {
   struct Buffer {
     float* data = nullptr;
     Index capacity = 0;
     ~Buffer() { std::free(data); }
   };
-  thread_local Buffer buffers[3];
+  thread_local Buffer buffers[4];
   Buffer& buf = buffers[static_cast<int>(slot)];
   if (buf.capacity < floats) {
     std::free(buf.data);
@@ -93,12 +93,36 @@ inline bool c_rows_alias(const StridedMatrix<float>& c) {
   return c.rows > 1 && c.row_stride > 0 && c.row_stride % 1024 == 0;
 }
 
-/// One block of C: for each depth block (depth_block), A's rows (read in place, or packed into
-/// `own_a`) against the block's B panels; then the epilogue's dropout.
+/// A packed once per product and shared by the threads: depth blocks of `depth`, each the panels
+/// of all `rows` (a multiple of kMR) rows, kc x kMR each; block(k0, kc, i0) is where row i0's
+/// panel of the block at k0 starts.
+/// The threads pack it in tasks of kMC rows of a depth block, after B's.
+struct SharedA {
+  float* data = nullptr;
+  Index rows = 0;
+  Index groups = 0;  // packing tasks per depth block
+  float* block(Index k0, Index kc, Index i0) const { return data + k0 * rows + i0 * kc; }
+  Index pack_tasks(Index depth_blocks) const { return data != nullptr ? depth_blocks * groups : 0; }
+};
+template <class Isa>
+SharedA shared_a_buffer(Index M, Index K) {
+  const Index rows = (M + Isa::kMR - 1) / Isa::kMR * Isa::kMR;
+  return {pack_buffer(PackSlot::shared_a, rows * K), rows, (M + Isa::kMC - 1) / Isa::kMC};
+}
+template <class Isa>
+void pack_shared_a(const StridedMatrix<const float>& a, const SharedA& s, Index t, Index depth) {
+  const Index k0 = t / s.groups * depth, i0 = t % s.groups * Isa::kMC;
+  const Index kc = std::min<Index>(depth, a.cols - k0);
+  Isa::pack_a(a, i0, std::min<Index>(Isa::kMC, a.rows - i0), k0, kc, s.block(k0, kc, i0));
+}
+
+/// One block of C: for each depth block (depth_block), A's rows (read in place, packed into
+/// `own_a`, or already packed in `shared_a`) against the block's B panels; then the epilogue's
+/// dropout.
 template <class Isa>
 void gemm_block(const StridedMatrix<const float>& a, ALayout layout, const PackedB<Isa::kNR>& b,
                 StridedMatrix<float> c, const CBlock& blk, bool accumulate, const GemmEpilogue& epi,
-                float* own_a) {
+                float* own_a, const SharedA& shared_a = {}) {
   constexpr int kNR = Isa::kNR;
   constexpr Index kMC = Isa::kMC, kNC = Isa::kNC;
   const Index K = a.cols, N = c.cols, i0 = blk.i0, mc = blk.mc;
@@ -124,11 +148,13 @@ void gemm_block(const StridedMatrix<const float>& a, ALayout layout, const Packe
         Isa::template block_depth<ALayout::columns>(a, b, target, N, blk, k0, kc, from_zero, last,
                                                     epi, nullptr);
         break;
-      case ALayout::packed:
-        Isa::pack_a(a, i0, mc, k0, kc, own_a);
+      case ALayout::packed: {
+        const float* panels = shared_a.data ? shared_a.block(k0, kc, i0) : own_a;
+        if (shared_a.data == nullptr) Isa::pack_a(a, i0, mc, k0, kc, own_a);
         Isa::template block_depth<ALayout::packed>(a, b, target, N, blk, k0, kc, from_zero, last,
-                                                   epi, own_a);
+                                                   epi, panels);
         break;
+      }
     }
   }
   if (copy) copy_block(target.data, target.ld, &c(i0, j0), c.row_stride, mc, cols);
@@ -225,6 +251,22 @@ struct GemmTasks {
   }
 };
 
+/// Whether A is packed once for the whole product, by the threads together with B, and shared:
+/// when its columns are contiguous (A = dy^T) and each row block meets at least
+/// kShareAColumnBlocks blocks of B's columns. Read in place, A's rows (a step of k) are M floats
+/// apart, 8 KiB at M = 2048, so a 12-row panel lands in few sets of the L1 and L2 and comes from
+/// L3 again for every panel of B; packed per task (the AVX2 kernel), it is copied once per column
+/// block. Packing once, A^T B at 2048 x 512 x 8000 took 52.7-53.5 instead of 50.6-55.8 ms (AVX-512,
+/// 2 threads, 5 alternating rounds), 89-91 instead of 95-99 (1 thread), 87-90 instead of 92-98
+/// (AVX2 kernel, 2 threads); at 2048 x 512 x 2048 (2 column blocks) it lost 3%, at 2048 x 2048 x
+/// 512 (1) 15%: the packing pass over all of A comes before any product and overlaps nothing.
+inline constexpr Index kShareAColumnBlocks = 4;
+template <class Isa>
+bool packs_a_once(const StridedMatrix<const float>& a, const GemmTasks<Isa>& tasks) {
+  return a.row_stride == 1 && a.col_stride != 1 && tasks.own_panels == 0 &&
+         tasks.col_blocks >= kShareAColumnBlocks;
+}
+
 /// The epilogue's gate over all of c, for the paths that apply it after the product.
 inline void apply_gate(StridedMatrix<float> c, const GemmEpilogue& epi) {
   if (epi.gate == nullptr) return;
@@ -253,7 +295,8 @@ inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const Gemm
 ///
 /// Two phases: the threads pack B together (unless it is cached), meet at one barrier, then take
 /// tasks (blocks of C); or, for few rows, one phase of tasks that each pack their own panels of B
-/// (GemmTasks). A is read in place unless neither its rows nor its columns are contiguous.
+/// (GemmTasks). A is read in place unless neither its rows nor its columns are contiguous, or it is
+/// packed once with B (packs_a_once).
 template <class Isa>
 void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const float>& b,
                  StridedMatrix<float> c, bool accumulate, const GemmEpilogue& epi, int threads,
@@ -272,10 +315,12 @@ void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const 
                                               : std::pair<float*, bool>{nullptr, false};
   const Tasks tasks(M, N, K, threads, cached != nullptr);
   threads = static_cast<int>(std::min<Index>(threads, tasks.count()));
-  const ALayout layout = a_layout<Isa>(a, tasks.own_panels > 0);
-  const bool packs_a = layout == ALayout::packed;
+  const ALayout in_place = a_layout<Isa>(a, tasks.own_panels > 0);
+  const SharedA shared_a = packs_a_once(a, tasks) ? shared_a_buffer<Isa>(M, K) : SharedA{};
+  const ALayout layout = shared_a.data != nullptr ? ALayout::packed : in_place;
+  const bool packs_a = layout == ALayout::packed && shared_a.data == nullptr;
   // A cached B keeps the depth it was packed with, whatever the A of a later product.
-  const Index depth = depth_block<Isa>(K, N, layout == ALayout::columns && cached == nullptr);
+  const Index depth = depth_block<Isa>(K, N, in_place == ALayout::columns && cached == nullptr);
   const Index kblocks = (K + depth - 1) / depth;
   const PackedB<kNR> packed_b{cached != nullptr      ? cached
                               : tasks.own_panels > 0 ? nullptr
@@ -284,9 +329,11 @@ void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const 
   // Shared B: packed by the threads together, kPackPanels (or one) panels of a depth block per
   // task, then one barrier.
   const Index group = b.col_stride == 1 ? kPackPanels : 1, per_block = (panels + group - 1) / group;
-  const Index pack_tasks =
+  const Index b_pack_tasks =
       tasks.own_panels == 0 && (cached == nullptr || first_use) ? kblocks * per_block : 0;
+  const Index pack_tasks = b_pack_tasks + shared_a.pack_tasks(kblocks);  // B's, then A's
   const auto pack_task = [&](Index t) {
+    if (t >= b_pack_tasks) return pack_shared_a<Isa>(a, shared_a, t - b_pack_tasks, depth);
     const Index k0 = (t / per_block) * depth, q0 = t % per_block * group;
     pack_b_block<Isa>(b, k0, std::min<Index>(depth, K - k0), q0, std::min(q0 + group, panels),
                       packed_b);
@@ -295,7 +342,7 @@ void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const 
   const auto work_task = [&](Index t, float* own_a) {
     const CBlock blk = tasks.block(t);
     if (tasks.own_panels == 0)
-      return gemm_block<Isa>(a, layout, packed_b, c, blk, accumulate, epi, own_a);
+      return gemm_block<Isa>(a, layout, packed_b, c, blk, accumulate, epi, own_a, shared_a);
     // The task's own panels, packed by the thread that reads them, then its rows kMC at a time.
     const PackedB<kNR> own{pack_buffer(PackSlot::b, K * (blk.q1 - blk.q0) * kNR), blk.q1 - blk.q0,
                            depth, blk.q0};
