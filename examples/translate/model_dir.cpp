@@ -82,6 +82,15 @@ void prune_checkpoints(const std::string& dir, int keep) {
   for (std::size_t i = 0; i + n < ckpts.size(); ++i) fs::remove(ckpts[i].second);
 }
 
+std::string set_aside_checkpoint(const std::string& path) {
+  const std::string aside = path + ".unloadable";
+  std::error_code ec;
+  fs::rename(path, aside, ec);
+  ATTN_CHECK(!ec, IOError, "cannot rename the checkpoint that does not load, '", path, "', to '",
+             aside, "': ", ec.message());
+  return aside;
+}
+
 ModelDirLock::ModelDirLock(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);

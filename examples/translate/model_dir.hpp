@@ -39,6 +39,11 @@ void check_fresh_model_dir(const std::string& dir);
 /// Removes all but the newest max(keep, 1) checkpoints of `dir`.
 void prune_checkpoints(const std::string& dir, int keep);
 
+/// Renames a checkpoint that does not load to `<path>.unloadable` and returns the new name, so
+/// that it no longer counts as a checkpoint: pruning would otherwise keep it as the newest and
+/// remove the ones that load, and averaging would read it. IOError if the rename fails.
+std::string set_aside_checkpoint(const std::string& path);
+
 /// An exclusive flock(2) on the directory `dir` (created if missing), held for the object's
 /// lifetime and released by the kernel if the process dies. ConfigError naming the directory if
 /// another process holds it.

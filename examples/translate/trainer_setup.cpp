@@ -191,19 +191,28 @@ void Trainer::resume_newest_loadable(const TrainOptions& given) {
   ATTN_CHECK(!ckpts.empty(), IOError, "--resume: model directory '", opt_.model_dir,
              "' has no checkpoint_<step>.safetensors (train without --resume to start afresh)");
   // A checkpoint that does not load (corrupt, truncated, tampered) is skipped for the next older
-  // one; each attempt starts from the given options and builds everything anew.
+  // one; each attempt starts from the given options and builds everything anew. Once one loads,
+  // rank 0 sets the skipped ones aside: left in place, they would stay the newest checkpoints, and
+  // pruning would remove the ones that load.
   std::string reasons;
+  std::vector<std::string> skipped_paths;
   for (auto it = ckpts.rbegin(); it != ckpts.rend(); ++it) {
     try {
       opt_ = given;
       resume_from(it->second);
       resumed_from_ = it->second;
+      std::string aside;
+      for (const std::string& path : skipped_paths)
+        if (replicas_->rank() == 0)
+          aside += (aside.empty() ? "; set aside as " : ", ") + set_aside_checkpoint(path);
       if (!skipped_checkpoints_.empty() && !opt_.quiet)
-        std::cerr << "resume: skipped " << reasons << "; resuming from " << it->second << '\n';
+        std::cerr << "resume: skipped " << reasons << aside << "; resuming from " << it->second
+                  << '\n';
       return;
     } catch (const OtherDataError&) {
       throw;  // the given data, not the checkpoint: an older one would not match either
     } catch (const Error& e) {
+      skipped_paths.push_back(it->second);
       skipped_checkpoints_.push_back(it->second + " (" + e.what() + ")");
       reasons += (reasons.empty() ? "" : "; ") + skipped_checkpoints_.back();
     }

@@ -228,7 +228,7 @@ TEST_F(Reliability, ResumeFallsBackToTheNewestCheckpointThatLoads) {
   const auto ckpts = tr::list_checkpoints(m);
   ASSERT_EQ(ckpts.size(), 2u);  // steps 2 and 4
   const std::string newest = ckpts.back().second, older = ckpts.front().second;
-  const std::string bytes = read_file(newest);
+  const std::string bytes = read_file(newest), older_bytes = read_file(older);
   write_file(newest, bytes.substr(0, bytes.size() / 2));  // truncated, as by a full disk
   tr::TrainOptions o = tiny_options(m);
   o.resume = true;
@@ -239,6 +239,20 @@ TEST_F(Reliability, ResumeFallsBackToTheNewestCheckpointThatLoads) {
     ASSERT_EQ(t.skipped_checkpoints().size(), 1u);
     EXPECT_TRUE(contains(t.skipped_checkpoints()[0], newest)) << t.skipped_checkpoints()[0];
   }
+  // The skipped one is set aside, so that it no longer counts as the newest checkpoint: pruning
+  // kept it and removed the ones that load (with --keep 1, every one), and averaging read it.
+  EXPECT_EQ(tr::list_checkpoints(m).size(), 1u);
+  EXPECT_TRUE(fs::exists(newest + ".unloadable"));
+  {
+    tr::TrainOptions keep_one = o;
+    keep_one.keep = 1;
+    tr::Trainer t(keep_one, split());
+    t.train(1);
+    const std::string third = t.save_checkpoint();
+    EXPECT_EQ(tr::list_checkpoints(m), (decltype(ckpts){{3, third}}));
+    fs::remove(third);
+  }
+  write_file(older, older_bytes);
   // A newest checkpoint whose config no longer fits the vocabulary is skipped the same way, and
   // named with the reason.
   write_file(newest, bytes);
@@ -251,11 +265,13 @@ TEST_F(Reliability, ResumeFallsBackToTheNewestCheckpointThatLoads) {
                          "metadata config.pad_id = 2, expected the vocabulary's pad id, 0"))
         << t.skipped_checkpoints()[0];
   }
-  // And when none loads, every one is named with its reason.
+  // And when none loads, every one is named with its reason (and none is set aside).
+  write_file(newest, "junk");
   write_file(older, "junk");
   const std::string msg = error_of([&] { tr::Trainer again(o, split()); });
   EXPECT_TRUE(contains(msg, "--resume: no checkpoint of '" + m + "' loads")) << msg;
   EXPECT_TRUE(contains(msg, newest) && contains(msg, older)) << msg;
+  EXPECT_TRUE(fs::exists(newest) && fs::exists(older));
 }
 
 TEST_F(Reliability, ResumeOnOtherDataIsRefusedAndAnOldCheckpointWithoutTheKeyIsNot) {
