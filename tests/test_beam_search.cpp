@@ -211,6 +211,26 @@ TEST(BeamSearch, OneSentenceAndSentencesOfOnlyPadding) {
   }
 }
 
+// A batch of no sentences, or of empty ones, is refused before anything is decoded (it read the
+// longest of no lengths), and so is a length penalty that is not a finite number.
+TEST(BeamSearch, EmptySourceBatchesAndNonFiniteLengthPenaltiesAreRefused) {
+  Transformer<float>& m = trained_model();
+  const DecodeOptions o = task_options(4, 3);
+  for (const auto& shape :
+       {std::vector<Index>{0, 3}, std::vector<Index>{2, 0}, std::vector<Index>{3}}) {
+    const Tensor<TokenId> src = Tensor<TokenId>::full(Shape(shape), 5);
+    EXPECT_THROW(beam_search(m, src, o), ShapeError) << src.shape();
+    EXPECT_THROW(greedy_decode(m, src, o), ShapeError) << src.shape();
+  }
+  const Tensor<TokenId> one = Tensor<TokenId>::full({1, 3}, 5);
+  for (double alpha :
+       {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), -0.5}) {
+    DecodeOptions bad = o;
+    bad.length_penalty = alpha;
+    EXPECT_THROW(beam_search(m, one, bad), ConfigError) << alpha;
+  }
+}
+
 // How the beams take over the first step's caches: row b of the gathered cache is row rows[b].
 TEST(BeamSearch, KVCacheGatherCopiesRowsAndRefusesBadOnes) {
   KVCache<float> from;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "attn/error.hpp"
@@ -32,8 +33,8 @@ struct DecodeOptions {
                max_extra_length);
     ATTN_CHECK(beam_size >= 1 && beam_size <= kMaxBeamSize, ConfigError,
                "decode: beam_size must be in [1, ", kMaxBeamSize, "], got ", beam_size);
-    ATTN_CHECK(length_penalty >= 0, ConfigError, "decode: length_penalty must be >= 0, got ",
-               length_penalty);
+    ATTN_CHECK(std::isfinite(length_penalty) && length_penalty >= 0, ConfigError,
+               "decode: length_penalty must be finite and >= 0, got ", length_penalty);
   }
 };
 
