@@ -652,6 +652,43 @@ TEST_F(Checkpoint, AveragingErrorsNameTheFile) {
                IOError);
 }
 
+// Checkpoints of two models whose tensors have the same shapes (another vocabulary, say) are
+// refused when metadata under the given prefixes differs, is missing, or is extra; other keys
+// (a step) may differ.
+TEST_F(Checkpoint, AveragingRefusesCheckpointsWhoseGivenMetadataDiffers) {
+  TwoLayers<double> a(3, 5), target(3, 5);
+  const std::vector<std::string> prefixes{"config.", "vocab."};
+  save_model(path("a.safetensors"), a,
+             {{"config.d_model", "3"}, {"vocab.hash", "5f"}, {"step", "1"}});
+  save_model(path("b.safetensors"), a,
+             {{"config.d_model", "3"}, {"vocab.hash", "5f"}, {"step", "2"}});
+  save_model(path("c.safetensors"), a, {{"config.d_model", "3"}, {"vocab.hash", "32"}});
+  save_model(path("d.safetensors"), a, {{"vocab.hash", "5f"}});
+  average_checkpoints({path("a.safetensors"), path("b.safetensors")}, target.parameters(), {},
+                      prefixes);
+  average_checkpoints({path("a.safetensors"), path("c.safetensors")}, target.parameters());
+  const Tensor<double> before = target.linear1.weight.value.clone();
+  std::string msg = error_of([&] {
+    average_checkpoints({path("a.safetensors"), path("b.safetensors"), path("c.safetensors")},
+                        target.parameters(), {}, prefixes);
+  });
+  EXPECT_TRUE(contains(msg, path("c.safetensors") +
+                                ": metadata vocab.hash is \"32\" but \"5f\" in " +
+                                path("a.safetensors")))
+      << msg;
+  EXPECT_EQ(target.linear1.weight.value(0, 0), before(0, 0));
+  msg = error_of([&] {
+    average_checkpoints({path("d.safetensors"), path("a.safetensors")}, target.parameters(), {},
+                        prefixes);
+  });
+  EXPECT_TRUE(contains(msg, "metadata config.d_model is \"3\" but absent in")) << msg;
+  msg = error_of([&] {
+    average_checkpoints({path("a.safetensors"), path("d.safetensors")}, target.parameters(), {},
+                        prefixes);
+  });
+  EXPECT_TRUE(contains(msg, "metadata config.d_model is absent but \"3\" in")) << msg;
+}
+
 TEST(EMA, UpdateApplyRestoreAndCopy) {
   Linear<double> lin(2, 1);
   lin.weight.value = Tensor<double>::from({1, 2}, {1.0, -2.0});

@@ -155,7 +155,9 @@ void average_files(const std::vector<std::string>& inputs, const std::string& ou
   const SafetensorsFile first = load_safetensors(inputs.front());
   auto meta = first.metadata();
   Transformer<float> model(config_from_model_file(first));
-  average_checkpoints(inputs, model.parameters(), LoadOptions{kTrainingStatePrefixes});
+  // The model, its vocabulary and its translation settings must be the same in every input.
+  average_checkpoints(inputs, model.parameters(), LoadOptions{kTrainingStatePrefixes},
+                      {"config.", "vocab.", "translate."});
   // Drop the training state keys (step, RNG, data position) that describe a single checkpoint.
   std::map<std::string, std::string> keep;
   for (const auto& [k, v] : meta)

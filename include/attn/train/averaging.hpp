@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,21 +12,65 @@
 #include "attn/train/checkpoint.hpp"
 
 namespace attn {
+namespace detail {
+
+/// The entries of `metadata` whose key starts with one of `prefixes`.
+inline std::map<std::string, std::string> metadata_with_prefixes(
+    const std::map<std::string, std::string>& metadata, const std::vector<std::string>& prefixes) {
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : metadata)
+    for (const std::string& prefix : prefixes)
+      if (key.compare(0, prefix.size(), prefix) == 0) {
+        out.emplace(key, value);
+        break;
+      }
+  return out;
+}
+
+/// FormatError naming `path` and the first key where `got` differs from `want` (read from
+/// `first`).
+inline void check_same_metadata(const std::map<std::string, std::string>& want,
+                                const std::map<std::string, std::string>& got,
+                                const std::string& first, const std::string& path) {
+  if (want == got) return;
+  auto w = want.begin();
+  auto g = got.begin();
+  while (w != want.end() && g != got.end() && *w == *g) ++w, ++g;
+  const std::string& key = w == want.end()  ? g->first
+                           : g == got.end() ? w->first
+                                            : std::min(w->first, g->first);
+  const auto value = [&key](const std::map<std::string, std::string>& m) {
+    const auto it = m.find(key);
+    return it == m.end() ? std::string("absent") : "\"" + it->second + "\"";
+  };
+  throw FormatError(concat(path, ": metadata ", key, " is ", value(got), " but ", value(want),
+                           " in ", first, ": checkpoints of different models cannot be averaged"));
+}
+
+}  // namespace detail
 
 /// Sets every parameter to the arithmetic mean of its values in the checkpoints at `paths`,
 /// accumulated in double. Each file is validated against `params` as load_model does (pass
 /// LoadOptions{kTrainingStatePrefixes} to average training checkpoints); a file that disagrees
-/// throws FormatError naming that file and tensor, and leaves `params` untouched.
+/// throws FormatError naming that file and tensor, and leaves `params` untouched. The metadata
+/// keys that start with one of `same_metadata` (e.g. "config.") must be present with the same
+/// values in every file, or absent from all: checkpoints of two models whose tensors have the same
+/// shapes would otherwise average into nonsense without a word. FormatError names the file and
+/// the first key that differs.
 template <class T>
 void average_checkpoints(const std::vector<std::string>& paths,
-                         const std::vector<NamedParameter<T>>& params,
-                         const LoadOptions& opt = {}) {
+                         const std::vector<NamedParameter<T>>& params, const LoadOptions& opt = {},
+                         const std::vector<std::string>& same_metadata = {}) {
   ATTN_CHECK(!paths.empty(), ConfigError, "average_checkpoints: no checkpoint paths given");
   std::vector<Eigen::VectorXd> sum;
   for (const auto& p : params) sum.push_back(Eigen::VectorXd::Zero(p.value.numel()));
+  std::map<std::string, std::string> first_metadata;
   for (const auto& path : paths) {
     const SafetensorsFile file = load_safetensors(path);
     detail::validate_model_tensors(file, params, opt);
+    const auto metadata = detail::metadata_with_prefixes(file.metadata(), same_metadata);
+    if (&path == &paths.front()) first_metadata = metadata;
+    detail::check_same_metadata(first_metadata, metadata, paths.front(), path);
     for (std::size_t k = 0; k < params.size(); ++k) {
       const Tensor<T> t = file.tensor<T>(params[k].name);
       sum[k] += t.vector().template cast<double>();
