@@ -1,9 +1,13 @@
 #include "cli_common.hpp"
 
 #include <cerrno>
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <iostream>
+#include <limits>
+#include <string>
 
 #include <attn/error.hpp>
 
@@ -23,7 +27,33 @@ CLI::Validator number_check(const std::string& name, const std::string& expected
       name);
 }
 
+// A validator of integers of type T: the whole input, in decimal, within T's range. Unnamed, so
+// that --help shows the option's type alone (INT, not INT:INT).
+template <class T>
+CLI::Validator integer_check() {
+  return CLI::Validator(
+      [](std::string& input) {
+        T value{};
+        const char* last = input.data() + input.size();
+        const auto [end, ec] = std::from_chars(input.data(), last, value);
+        if (ec == std::errc() && end == last && !input.empty()) return std::string();
+        return "expected an integer in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
+               std::to_string(std::numeric_limits<T>::max()) + "], got " + input;
+      },
+      std::string());
+}
+
 }  // namespace
+
+void check_integers(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    if (option->get_type_name() == "INT")
+      option->check(integer_check<std::int64_t>());
+    else if (option->get_type_name() == "UINT")
+      option->check(integer_check<std::uint64_t>());
+  }
+  for (CLI::App* sub : app.get_subcommands({})) check_integers(*sub);
+}
 
 const CLI::Validator& positive() {
   static const CLI::Validator v =

@@ -17,6 +17,12 @@ const CLI::Validator& finite_non_negative();
 /// A number in [lo, hi].
 CLI::Validator in_range(double lo, double hi);
 
+/// Adds to every option of `app` and of its subcommands bound to an integer (CLI11's type names
+/// INT and UINT) a check that the value is a decimal integer within 64 bits, signed or not. CLI11
+/// reads them with strtoll and strtoull, which clamp a value out of range, and strtoull wraps a
+/// negative one: --seed -1 trained with seed 2^64 - 1, --steps 2^63 ran without a limit.
+void check_integers(CLI::App& app);
+
 /// IOError unless everything written to standard output so far got there (a full disk, a
 /// closed pipe); `what` names what was written. For the reason in the message, the caller sets
 /// errno to 0 before it writes and stops writing at the first failure (!std::cout).

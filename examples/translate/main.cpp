@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   const CLI::App* translate_app = tr::add_translate(app, translate, threads);
   const CLI::App* evaluate_app = tr::add_evaluate(app, evaluate, threads);
   const CLI::App* average_app = tr::add_average(app, average, threads);
+  tr::check_integers(app);
   CLI11_PARSE(app, argc, argv);
 
   std::shared_ptr<tr::Replicas> replicas;  // the ranks of an mpirun job (distributed.hpp)

@@ -91,7 +91,7 @@ struct TrainOptions {
     f("train.tokens_per_update", o.tokens_per_update, true, Index(0), Index(1) << 40);
     f("train.seed", o.seed, true, std::uint64_t(0), std::numeric_limits<std::uint64_t>::max());
     // kMaxLenKey: the translator reads it too; kMaxTranslateLength (translator.hpp) bounds it.
-    f("translate.max_len", o.max_len, true, Index(1), Index(1) << 16);
+    f("translate.max_len", o.max_len, true, Index(2), Index(1) << 16);  // BOS + a token
   }
 };
 

@@ -143,6 +143,7 @@ void check_train_flags(const TrainOptions& o) {
   ATTN_CHECK(std::isfinite(o.minutes) && o.minutes >= 0, ConfigError,
              "--minutes must be finite and >= 0 (0: no limit), got ", o.minutes);
   ATTN_CHECK(o.keep >= 1, ConfigError, "--keep must be >= 1, got ", o.keep);
+  ATTN_CHECK(o.lr_factor > 0, ConfigError, "--lr-factor must be > 0, got ", o.lr_factor);
   ATTN_CHECK(o.vocab_size <= kMaxVocabSize, ConfigError, "--vocab-size ", o.vocab_size,
              " is more than the ", kMaxVocabSize, " a vocabulary may have");
   ATTN_CHECK(o.average <= o.keep, ConfigError, "--average ", o.average, " averages the last ",

@@ -119,6 +119,15 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
       {"--minutes nan", "--minutes must be finite and >= 0 (0: no limit), got nan"},
       {"--dropout nan", "--dropout must be a number, got NaN"},
       {"--keep 0", "--keep must be >= 1, got 0"},
+      {"--lr-factor 0", "--lr-factor must be > 0, got 0"},
+      {"--max-len 1", "--max-len must be in [2, 65536], got 1"},
+      // Out of 64 bits: CLI11 clamped them (and wrapped -1 to 2^64 - 1) without a word.
+      {"--seed -1", "expected an integer in [0, 18446744073709551615], got -1"},
+      {"--seed 18446744073709551616", "expected an integer in [0, 18446744073709551615]"},
+      {"--steps 9223372036854775808",
+       "expected an integer in [-9223372036854775808, 9223372036854775807], got "
+       "9223372036854775808"},
+      {"--steps 12abc", "expected an integer in [-9223372036854775808"},
       {"--vocab-size 3000000", "--vocab-size 3000000 is more than the 2097152 a vocabulary"},
       {"--average 2 --keep 1",
        "--average 2 averages the last 2 checkpoints, but --keep 1 keeps only 1"},
