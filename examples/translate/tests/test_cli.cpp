@@ -317,6 +317,15 @@ TEST_F(Cli, BadTrainingDataIsRefusedAndNothingIsWritten) {
 
   expect_error(run("train --threads 1 --model-dir " + model + " --src " + good_en),
                {"--src and --tgt go together"});
+  // Validation or test sets given but empty: refused, not skipped.
+  const std::string nothing = dir("nothing.txt");
+  write_file(nothing, "");
+  for (const std::string set : {"valid", "test"})
+    expect_error(
+        run("train --threads 1 --model-dir " + model + " --src " + good_en + " --tgt " + good_de +
+            " --steps 1 --" + set + "-src " + nothing + " --" + set + "-tgt " + nothing),
+        {"--" + set + "-src/--" + set + "-tgt '" + nothing + "' and '" + nothing +
+         "' hold no sentence pair: nothing to score"});
   EXPECT_FALSE(fs::exists(model));
 }
 
