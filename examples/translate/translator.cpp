@@ -153,16 +153,13 @@ BleuScore Translator::evaluate(const std::vector<std::string>& src,
 void average_files(const std::vector<std::string>& inputs, const std::string& output) {
   ATTN_CHECK(!inputs.empty(), ConfigError, "average: no input checkpoints given");
   const SafetensorsFile first = load_safetensors(inputs.front());
-  auto meta = first.metadata();
   Transformer<float> model(config_from_model_file(first));
-  // The model, its vocabulary and its translation settings must be the same in every input.
+  // The model, its vocabulary and its translation settings: the same in every input, and the
+  // only metadata kept (not the training state, step, RNG and data position, of one checkpoint).
+  const std::vector<std::string> model_metadata{"config.", "vocab.", "translate."};
   average_checkpoints(inputs, model.parameters(), LoadOptions{kTrainingStatePrefixes},
-                      {"config.", "vocab.", "translate."});
-  // Drop the training state keys (step, RNG, data position) that describe a single checkpoint.
-  std::map<std::string, std::string> keep;
-  for (const auto& [k, v] : meta)
-    if (k.rfind("config.", 0) == 0 || k.rfind("vocab.", 0) == 0 || k.rfind("translate.", 0) == 0)
-      keep[k] = v;
+                      model_metadata);
+  auto keep = attn::detail::metadata_with_prefixes(first.metadata(), model_metadata);
   keep["averaged_from"] = std::to_string(inputs.size());
   save_model(output, model, keep);
 }

@@ -41,8 +41,6 @@ Tensor<U> repeat_rows(const Tensor<U>& x, Index times) {
 template <class T>
 std::vector<std::vector<TokenId>> beam_search(Transformer<T>& model, const Tensor<TokenId>& src,
                                               const DecodeOptions& opts = {}) {
-  ATTN_CHECK(src.rank() == 2 && src.size(0) > 0 && src.size(1) > 0, ShapeError,
-             "beam_search: expected non-empty source ids [B, S], got ", src.shape());
   const Index V = model.config().tgt_vocab;
   opts.validate(V);
   detail::EvalGuard<T> guard(model);

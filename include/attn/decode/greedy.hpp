@@ -15,8 +15,6 @@ namespace attn {
 template <class T>
 std::vector<std::vector<TokenId>> greedy_decode(Transformer<T>& model, const Tensor<TokenId>& src,
                                                 const DecodeOptions& opts = {}) {
-  ATTN_CHECK(src.rank() == 2 && src.size(0) > 0 && src.size(1) > 0, ShapeError,
-             "greedy_decode: expected non-empty source ids [B, S], got ", src.shape());
   const Index V = model.config().tgt_vocab;
   opts.validate(V);
   detail::EvalGuard<T> guard(model);

@@ -40,8 +40,11 @@ struct DecodeOptions {
 
 namespace detail {
 
-/// Non-padding tokens of each source row: the length that bounds its output.
+/// Non-padding tokens of each source row: the length that bounds its output. ShapeError unless
+/// src is a non-empty [B, S] (the decoders take the longest of these lengths first).
 inline std::vector<Index> source_lengths(const Tensor<TokenId>& src, TokenId pad) {
+  ATTN_CHECK(src.rank() == 2 && src.size(0) > 0 && src.size(1) > 0, ShapeError,
+             "decode: expected non-empty source ids [B, S], got ", src.shape());
   std::vector<Index> len(static_cast<std::size_t>(src.size(0)), 0);
   for (Index b = 0; b < src.size(0); ++b)
     for (Index s = 0; s < src.size(1); ++s) len[static_cast<std::size_t>(b)] += src(b, s) != pad;
