@@ -256,10 +256,11 @@ struct GemmTasks {
 /// kShareAColumnBlocks blocks of B's columns. Read in place, A's rows (a step of k) are M floats
 /// apart, 8 KiB at M = 2048, so a 12-row panel lands in few sets of the L1 and L2 and comes from
 /// L3 again for every panel of B; packed per task (the AVX2 kernel), it is copied once per column
-/// block. Packing once, A^T B at 2048 x 512 x 8000 took 52.7-53.5 instead of 50.6-55.8 ms (AVX-512,
-/// 2 threads, 5 alternating rounds), 89-91 instead of 95-99 (1 thread), 87-90 instead of 92-98
-/// (AVX2 kernel, 2 threads); at 2048 x 512 x 2048 (2 column blocks) it lost 3%, at 2048 x 2048 x
-/// 512 (1) 15%: the packing pass over all of A comes before any product and overlaps nothing.
+/// block. Packing once, A^T B at 2048 x 512 x 8000 took 49.7 instead of 53.0 ms (AVX-512, 2
+/// threads, medians of 5 alternating rounds, faster in all 5), 89-91 instead of 95-99 (1 thread,
+/// 3 rounds), 87-90 instead of 92-98 (AVX2 kernel, 2 threads); at 2048 x 512 x 2048 (2 column
+/// blocks) it lost 3%, at 2048 x 2048 x 512 (1) 15%: the packing pass over all of A comes before
+/// any product and overlaps nothing.
 inline constexpr Index kShareAColumnBlocks = 4;
 template <class Isa>
 bool packs_a_once(const StridedMatrix<const float>& a, const GemmTasks<Isa>& tasks) {
