@@ -46,12 +46,15 @@ Batcher::Batcher(const std::vector<TokenizedPair>& pairs, const BatchingOptions&
   kept.reserve(pairs.size());
   for (std::size_t i = 0; i < pairs.size(); ++i) {
     const TokenizedPair& p = pairs[i];
-    ATTN_CHECK(!p.src.empty(), DataError, "pair ", i, " (line ", i + 1, "): the source is empty");
-    const bool too_long = len(p.src) > o.max_len || len(p.tgt) + 1 > o.max_len;
+    ATTN_CHECK(p.overlong || !p.src.empty(), DataError, "pair ", i, " (line ", i + 1,
+               "): the source is empty");
+    const bool too_long = p.overlong || len(p.src) > o.max_len || len(p.tgt) + 1 > o.max_len;
     if (too_long && o.overlong == OverlongPolicy::kSkip) {
       ++skipped_;
       continue;
     }
+    ATTN_CHECK(!p.overlong, DataError, "pair ", i, " (line ", i + 1, ") is longer than max_len ",
+               o.max_len, ": a side has too many bytes to be encoded");
     ATTN_CHECK(!too_long, DataError, "pair ", i, " (line ", i + 1, ") is longer than max_len ",
                o.max_len, ": source ", p.src.size(), " tokens, target ", p.tgt.size(),
                " + 1 tokens");

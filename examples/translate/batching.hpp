@@ -21,6 +21,9 @@ namespace attn::translate {
 struct TokenizedPair {
   std::vector<TokenId> src;
   std::vector<TokenId> tgt;
+  /// A side has too many bytes to be encoded within max_len tokens (bpe.hpp, too_long_to_encode):
+  /// src and tgt are left empty and the pair counts as longer than max_len.
+  bool overlong = false;
 };
 
 enum class OverlongPolicy {

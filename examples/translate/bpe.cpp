@@ -165,6 +165,19 @@ std::vector<TokenId> SubwordVocab::encode(std::string_view text) const {
   return {ids.begin(), ids.end()};
 }
 
+std::vector<TokenId> encode_source(const SubwordVocab& vocab, std::string_view line, Index max_len,
+                                   const std::string& where) {
+  ATTN_CHECK(!too_long_to_encode(line, max_len), DataError, where, " has ", line.size(),
+             " bytes, more than the ", kMaxBytesPerToken,
+             " per subword token of the model's max_len ", max_len,
+             " (the longest it was trained on); it is refused without encoding it");
+  std::vector<TokenId> ids = vocab.encode(line);
+  ATTN_CHECK(static_cast<Index>(ids.size()) <= max_len, DataError, where, " has ", ids.size(),
+             " subword tokens, more than the model's max_len ", max_len,
+             " (the longest it was trained on)");
+  return ids;
+}
+
 std::string SubwordVocab::decode(const std::vector<TokenId>& ids) const {
   const int n = size();
   for (TokenId id : ids)

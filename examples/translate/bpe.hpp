@@ -81,4 +81,23 @@ class SubwordVocab {
 /// Reads <dir>/vocab.txt. Throws IOError if missing, FormatError if malformed.
 VocabFingerprint read_vocab_fingerprint(const std::string& dir);
 
+/// Bytes of text per subword token beyond which a line is not encoded. sentencepiece's encoder
+/// takes about 230 bytes of memory per byte of the line (a 10 MB line took 2.3 GB), so a line is
+/// measured before it is encoded. A piece is at most 16 characters, 64 bytes of UTF-8: a line of
+/// more than 64 * max_len bytes has more than max_len tokens unless the normalizer drops most of
+/// it (runs of spaces, control characters) or it is a run of characters the vocabulary lacks
+/// (which becomes one <unk>). Such lines are treated as too long.
+inline constexpr Index kMaxBytesPerToken = 64;
+
+/// Whether `text` is longer than kMaxBytesPerToken * max_tokens bytes (then it is not encoded).
+inline bool too_long_to_encode(std::string_view text, Index max_tokens) {
+  return static_cast<Index>(text.size()) > kMaxBytesPerToken * max_tokens;
+}
+
+/// Encodes a source line for a model trained on at most `max_len` tokens per side. Throws
+/// DataError naming `where` (e.g. "'in.txt' line 3") if the line has more than max_len tokens or,
+/// before encoding it, if too_long_to_encode(line, max_len).
+std::vector<TokenId> encode_source(const SubwordVocab& vocab, std::string_view line, Index max_len,
+                                   const std::string& where);
+
 }  // namespace attn::translate

@@ -148,18 +148,39 @@ void check_train_flags(const TrainOptions& o) {
              " is more than the ", kMaxVocabSize, " a vocabulary may have");
   ATTN_CHECK(o.average <= o.keep, ConfigError, "--average ", o.average, " averages the last ",
              o.average, " checkpoints, but --keep ", o.keep, " keeps only ", o.keep);
-  // The model the flags describe, before the vocabulary is trained (the real vocabulary may come
-  // out smaller than --vocab-size, never larger); a resumed run builds the checkpoint's model.
-  if (!o.resume) make_config(o, o.vocab_size);
+  // The model and batches the flags describe, before the vocabulary is trained (the real
+  // vocabulary may come out smaller than --vocab-size, never larger); a resumed run takes both
+  // from its checkpoint.
+  if (o.resume) return;
+  make_config(o, o.vocab_size);
+  ATTN_CHECK(o.max_tokens >= o.max_len, ConfigError, "--max-tokens ", o.max_tokens,
+             " must be at least --max-len ", o.max_len,
+             " so that a pair of the longest allowed length fits in a batch");
 }
 
-std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const ParallelCorpus& c) {
+// A pair with a side of more bytes than max_len tokens can hold is marked overlong, not encoded.
+std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const ParallelCorpus& c,
+                                          Index max_len) {
   std::vector<TokenizedPair> pairs(c.size());
   for (std::size_t i = 0; i < c.size(); ++i) {
+    pairs[i].overlong =
+        too_long_to_encode(c.src[i], max_len) || too_long_to_encode(c.tgt[i], max_len);
+    if (pairs[i].overlong) continue;
     pairs[i].src = vocab.encode(c.src[i]);
     pairs[i].tgt = vocab.encode(c.tgt[i]);
   }
   return pairs;
+}
+
+// The source sides that BLEU translates, each checked as `translate` checks its input lines.
+std::vector<std::vector<TokenId>> encode_sources(const SubwordVocab& vocab,
+                                                 const std::vector<std::string>& lines,
+                                                 std::size_t n, Index max_len, const char* set) {
+  std::vector<std::vector<TokenId>> ids(std::min(n, lines.size()));
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ids[i] = encode_source(vocab, lines[i], max_len,
+                           detail::concat("the ", set, " set's source line ", i + 1));
+  return ids;
 }
 
 Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<Replicas> replicas)
@@ -249,7 +270,7 @@ void Trainer::build(const TransformerConfig& config) {
   b.max_tokens = opt_.max_tokens;
   b.max_len = opt_.max_len;
   b.overlong = OverlongPolicy::kSkip;
-  train_batches_ = std::make_unique<Batcher>(tokenize_pairs(vocab_, data_.train), b);
+  train_batches_ = std::make_unique<Batcher>(tokenize_pairs(vocab_, data_.train, b.max_len), b);
   data_fingerprint_ = fingerprint(*train_batches_);
   ATTN_CHECK(train_batches_->size() > 0, DataError, "train: every one of the ", data_.train.size(),
              " training pairs is longer than max_len ", opt_.max_len, " subword tokens");
@@ -257,13 +278,13 @@ void Trainer::build(const TransformerConfig& config) {
     std::cerr << "train: left out " << train_batches_->skipped() << " of " << data_.train.size()
               << " training pairs longer than max_len " << opt_.max_len << " subword tokens\n";
   valid_batches_.reset();
-  valid_src_ids_.clear();
-  if (!data_.valid.empty()) {
-    valid_batches_ = std::make_unique<Batcher>(tokenize_pairs(vocab_, data_.valid), b);
-    std::size_t n = data_.valid.size();
-    if (opt_.bleu_sentences > 0) n = std::min<std::size_t>(n, opt_.bleu_sentences);
-    for (std::size_t i = 0; i < n; ++i) valid_src_ids_.push_back(vocab_.encode(data_.valid.src[i]));
-  }
+  if (!data_.valid.empty())
+    valid_batches_ = std::make_unique<Batcher>(tokenize_pairs(vocab_, data_.valid, b.max_len), b);
+  // BLEU's sources are checked here, not after hours of training.
+  const std::size_t bleu_n =
+      opt_.bleu_sentences > 0 ? static_cast<std::size_t>(opt_.bleu_sentences) : data_.valid.size();
+  valid_src_ids_ = encode_sources(vocab_, data_.valid.src, bleu_n, b.max_len, "validation");
+  test_src_ids_ = encode_sources(vocab_, data_.test.src, data_.test.size(), b.max_len, "test");
   model_ = std::make_unique<Transformer<float>>(config);
   adam_ = std::make_unique<Adam<float>>(model_->parameters());
   loss_ = std::make_unique<LabelSmoothedCrossEntropy<float>>(opt_.label_smoothing, config.pad_id);

@@ -124,11 +124,8 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& l
     const std::size_t bad = find_invalid_utf8(lines[i]);
     ATTN_CHECK(bad == std::string::npos, DataError, input_name, " line ", first_line + i,
                ": expected UTF-8 text, found an invalid byte sequence at byte offset ", bad);
-    ids[i] = vocab_.encode(lines[i]);
-    ATTN_CHECK(static_cast<Index>(ids[i].size()) <= max_len_, DataError, input_name, " line ",
-               first_line + i, " has ", ids[i].size(),
-               " subword tokens, more than the model's max_len ", max_len_,
-               " (the longest it was trained on)");
+    ids[i] = encode_source(vocab_, lines[i], max_len_,
+                           detail::concat(input_name, " line ", first_line + i));
   }
   const auto out = translate_ids(*model_, ids, options);
   std::vector<std::string> text(out.size());

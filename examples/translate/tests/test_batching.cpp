@@ -244,6 +244,16 @@ TEST(Batcher, OverlongPairs) {
     for (std::size_t i : b.pairs) EXPECT_NE(i, 6u);
   }
   EXPECT_EQ(rows, 9u);
+
+  // A pair too long in bytes to be encoded (tokenize_pairs leaves it empty) counts as overlong.
+  pairs[6] = TokenizedPair{{}, {}, true};
+  o.overlong = OverlongPolicy::kReject;
+  const std::string b = error_of<attn::DataError>([&] { Batcher(pairs, o); });
+  EXPECT_NE(b.find("pair 6 (line 7) is longer than max_len 10: a side has too many bytes"),
+            std::string::npos)
+      << b;
+  o.overlong = OverlongPolicy::kSkip;
+  EXPECT_EQ(Batcher(pairs, o).skipped(), 1u);
 }
 
 TEST(Batcher, BadInputAndConfiguration) {

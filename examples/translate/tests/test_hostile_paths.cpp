@@ -121,6 +121,8 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
       {"--keep 0", "--keep must be >= 1, got 0"},
       {"--lr-factor 0", "--lr-factor must be > 0, got 0"},
       {"--max-len 1", "--max-len must be in [2, 65536], got 1"},
+      // Found only after the vocabulary was trained.
+      {"--max-tokens 1", "--max-tokens 1 must be at least --max-len 128 so that a pair"},
       // Out of 64 bits: CLI11 clamped them (and wrapped -1 to 2^64 - 1) without a word.
       {"--seed -1", "expected an integer in [0, 18446744073709551615], got -1"},
       {"--seed 18446744073709551616", "expected an integer in [0, 18446744073709551615]"},

@@ -258,6 +258,20 @@ TEST_F(Pipeline, TranslatorRefusesBadLinesBeforeDecoding) {
                                 " subword tokens, more than the model's max_len 32"))
       << msg;
 
+  // More than 64 bytes per token of max_len: refused by length, not encoded (sentencepiece took
+  // 230 bytes of memory per byte). Spaces collapse to nothing, yet the line is refused all the
+  // same.
+  for (const std::string& huge : {std::string(64 * 32 + 1, 'a'), std::string(1 << 20, ' ')}) {
+    const std::string bytes = error_of<attn::DataError>([&] {
+      translator.translate({"the cat", huge}, greedy, "'in.txt'");
+    });
+    EXPECT_TRUE(contains(bytes, "'in.txt' line 2 has " + std::to_string(huge.size()) +
+                                    " bytes, more than the 64 per subword token of the model's "
+                                    "max_len 32"))
+        << bytes;
+  }
+  EXPECT_EQ(translator.translate({std::string(64 * 32, ' ')}, greedy).size(), 1u);
+
   const std::string utf8 = error_of<attn::DataError>([&] {
     translator.translate({"the cat", "red \xc3\x28 dog"}, greedy);
   });
@@ -382,8 +396,27 @@ TEST_F(Pipeline, OverlongTrainingPairsAreCountedOrRefused) {
   std::string long_src;
   for (int i = 0; i < 40; ++i) long_src += "green house ";
   d.train.src[7] = long_src;
+  // A side of more bytes than 32 tokens can hold (64 each) is left out without being encoded.
+  d.train.tgt[9] = std::string(1 << 20, 'z');
   tr::Trainer t(tiny_options(dir("a")), d);
-  EXPECT_EQ(t.skipped_pairs(), 1u);
+  EXPECT_EQ(t.skipped_pairs(), 2u);
+
+  // The sources that BLEU translates are checked as `translate` checks its input, before
+  // training, not when the test set is translated at the end.
+  tr::CorpusSplit e = split();
+  e.test.src[3] = long_src;
+  const std::string test =
+      error_of<attn::DataError>([&] { tr::Trainer u(tiny_options(dir("c")), e); });
+  EXPECT_TRUE(contains(test, "the test set's source line 4 has ")) << test;
+  EXPECT_TRUE(contains(test, " subword tokens, more than the model's max_len 32")) << test;
+  e = split();
+  e.valid.src[1] = std::string(1 << 20, ' ');
+  const std::string valid =
+      error_of<attn::DataError>([&] { tr::Trainer u(tiny_options(dir("d")), e); });
+  EXPECT_TRUE(contains(valid,
+                       "the validation set's source line 2 has 1048576 bytes, more than "
+                       "the 64 per subword token of the model's max_len 32"))
+      << valid;
 
   for (auto& s : d.train.src) s = long_src;
   const std::string msg =
