@@ -1,5 +1,6 @@
 #include "cli_translate.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <iostream>
 #include <string>
@@ -14,13 +15,17 @@ namespace attn::translate {
 
 namespace {
 
+// stdin holds at most what one input file may: kMaxTextFileBytes of text.
 std::vector<std::string> read_input(const std::string& path) {
   if (path != "-") return read_lines(path);
   std::vector<std::string> lines;
-  std::string line;
-  while (std::getline(std::cin, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (lines.empty()) strip_utf8_bom(line);
+  std::size_t total = 0;
+  for (std::string line;
+       read_line(std::cin, line, kMaxTextFileBytes - total, "<stdin>", lines.size() + 1,
+                 " (the rest of the 1 GiB an input may hold)");) {
+    total = std::min(kMaxTextFileBytes, total + line.size() + 1);
+    ATTN_CHECK(lines.size() < kMaxTextFileLines, FormatError, "<stdin> has more than ",
+               kMaxTextFileLines, " lines, the limit of one text input");
     const std::size_t bad = find_invalid_utf8(line);
     ATTN_CHECK(bad == std::string::npos, DataError, "<stdin> line ", lines.size() + 1,
                ": expected UTF-8 text, found an invalid byte sequence at byte offset ", bad,
@@ -40,10 +45,13 @@ void write_output(const std::string& path, const std::vector<std::string>& lines
 // Interactive: each line is answered as soon as it is read.
 void translate_stream(const TranslateCommand& c) {
   Translator translator(c.model_dir);
+  // A line is read no further than translate() takes it.
+  const auto max_bytes = static_cast<std::size_t>(kMaxBytesPerToken * translator.max_len());
+  const std::string why =
+      detail::concat(" (", kMaxBytesPerToken, " per subword token of the model's max_len ",
+                     translator.max_len(), "); it is refused unread");
   std::size_t n = 0;
-  for (std::string line; std::getline(std::cin, line);) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (n == 0) strip_utf8_bom(line);
+  for (std::string line; read_line(std::cin, line, max_bytes, "<stdin>", n + 1, why);) {
     const std::string out = translator.translate({line}, c.decode, "<stdin>", ++n)[0];
     errno = 0;
     std::cout << out << '\n';

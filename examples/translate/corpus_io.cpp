@@ -3,10 +3,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <istream>
 #include <limits>
 #include <memory>
 #include <string>
@@ -50,6 +52,30 @@ std::size_t find_invalid_utf8(std::string_view text) {
     i += len;
   }
   return std::string_view::npos;
+}
+
+bool read_line(std::istream& in, std::string& line, std::size_t max_bytes, std::string_view name,
+               std::size_t number, std::string_view why) {
+  line.clear();
+  std::streambuf* buf = in.rdbuf();
+  bool any = false, bom = number == 1;
+  for (int c = buf->sbumpc(); c != std::char_traits<char>::eof(); c = buf->sbumpc()) {
+    any = true;
+    if (c == '\n') break;
+    // One byte more than the cap may be a '\r' that is not part of the line.
+    ATTN_CHECK(line.size() <= max_bytes, DataError, name, " line ", number, " is longer than ",
+               max_bytes, " bytes", why);
+    line.push_back(static_cast<char>(c));
+    if (bom && line.size() == 3) {
+      bom = false;
+      strip_utf8_bom(line);
+    }
+  }
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  ATTN_CHECK(line.size() <= max_bytes, DataError, name, " line ", number, " is longer than ",
+             max_bytes, " bytes", why);
+  if (!any) in.setstate(std::ios::eofbit | std::ios::failbit);
+  return any;
 }
 
 namespace {
@@ -101,7 +127,12 @@ bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\v\f") == s
 std::vector<std::string> read_lines(const std::string& path, std::size_t max_bytes) {
   std::string data = read_all(path, max_bytes);
   strip_utf8_bom(data);
+  const std::size_t breaks = static_cast<std::size_t>(std::count(data.begin(), data.end(), '\n'));
+  const std::size_t n = breaks + (!data.empty() && data.back() != '\n' ? 1 : 0);
+  ATTN_CHECK(n <= kMaxTextFileLines, FormatError, "'", path, "' has ", n, " lines, more than the ",
+             kMaxTextFileLines, " of one text file");
   std::vector<std::string> lines;
+  lines.reserve(n);
   std::size_t start = 0;
   while (start < data.size()) {
     std::size_t end = data.find('\n', start);

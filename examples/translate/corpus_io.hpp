@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <iosfwd>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,14 +42,27 @@ inline bool is_valid_utf8(std::string_view text) {
 /// otherwise fill the memory; reading stops at the cap, which bounds the memory to about twice it.
 inline constexpr std::size_t kMaxTextFileBytes = std::size_t{1} << 30;
 
+/// The most lines read_lines and `translate`'s stdin take: 2^26 (67,108,864). A line costs 32 bytes
+/// of std::string besides its text, so 1 GiB of empty lines would otherwise take 32 GiB; at the
+/// cap the lines of a file take at most 2 GiB besides its text.
+inline constexpr std::size_t kMaxTextFileLines = std::size_t{1} << 26;
+
 /// The lines of a text file, plain or gzip-compressed (detected from the content, not the name),
 /// without their '\n' or a trailing '\r'. A final line without '\n' counts; a final '\n' does not
 /// start an extra empty line. Throws IOError if the file cannot be opened or read, FormatError if
 /// a gzip stream is corrupt or truncated or if the text (after decompression) is longer than
-/// `max_bytes` (the message names the limit), DataError naming file, line and byte offset if a
-/// line is not valid UTF-8.
+/// `max_bytes` or has more than kMaxTextFileLines lines (the message names the limit), DataError
+/// naming file, line and byte offset if a line is not valid UTF-8.
 std::vector<std::string> read_lines(const std::string& path,
                                     std::size_t max_bytes = kMaxTextFileBytes);
+
+/// Reads the next line of `in` into `line`, without its '\n' or a trailing '\r'; false at the
+/// end of the input (a final line without '\n' counts); line 1 loses a byte order mark (below,
+/// strip_utf8_bom). Stops reading a line longer than
+/// `max_bytes` and throws DataError "<name> line <number> is longer than <max_bytes> bytes<why>":
+/// a stream without line ends (a pipe from /dev/zero) costs no more memory than the cap.
+bool read_line(std::istream& in, std::string& line, std::size_t max_bytes, std::string_view name,
+               std::size_t number, std::string_view why);
 
 /// Removes a UTF-8 byte order mark (EF BB BF) from the start of `text`, as editors on Windows
 /// write it: otherwise it would become part of the first word of the first line.

@@ -451,6 +451,18 @@ TEST_F(Cli, BadTranslateInputIsRefusedAndTheOutputKept) {
                 " subword tokens, more than the model's max_len 32"});
   expect_error(translate("", too_long), {"<stdin> line 3 has " + std::to_string(tokens)});
 
+  // A line of more bytes than max_len tokens can hold is refused unencoded; from an endless pipe
+  // the stream mode stops reading it at that length.
+  const std::string huge = dir("huge.txt");
+  write_file(huge, "the cat\n" + std::string(1 << 20, 'a') + "\n");
+  expect_error(translate("--input " + huge),
+               {"'" + huge +
+                "' line 2 has 1048576 bytes, more than the 64 per subword token of "
+                "the model's max_len 32"});
+  expect_error(run("translate --threads 1 --greedy --model-dir " + model(), "/dev/zero"),
+               {"<stdin> line 1 is longer than 2048 bytes (64 per subword token of the model's "
+                "max_len 32); it is refused unread"});
+
   const std::string no_model = dir("no_model");
   expect_error(run("translate --model-dir " + no_model),
                {"cannot open " + no_model + "/spm.model: No such file or directory"});

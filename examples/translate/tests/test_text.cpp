@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include <attn/error.hpp>
 
@@ -367,7 +368,44 @@ TEST(CorpusIo, GzipBombStopsAtTheCap) {
   EXPECT_EQ(kMaxTextFileBytes, std::size_t{1} << 30);
 }
 
-// A write that fails part-way (here: the file size limit, as a full disk would) leaves the old
+// 64 KB of gzip that inflate to 2^26 + 1 empty lines: refused before the lines are made (each
+// line took 32 bytes, 2 GiB here, and 1 GiB of empty lines would have taken 32 GiB).
+TEST(CorpusIo, MoreLinesThanTheCapAreRefusedBeforeTheyAreMade) {
+  const fs::path dir = temp_dir("lines");
+  const std::string path = (dir / "newlines.gz").string();
+  gzFile f = gzopen(path.c_str(), "wb9");
+  ASSERT_NE(f, nullptr);
+  const std::string chunk(1 << 20, '\n');
+  for (std::size_t i = 0; i < kMaxTextFileLines >> 20; ++i)
+    ASSERT_EQ(gzwrite(f, chunk.data(), static_cast<unsigned>(chunk.size())), 1 << 20);
+  ASSERT_EQ(gzwrite(f, "x", 1), 1);  // a last line without '\n' counts too
+  ASSERT_EQ(gzclose(f), Z_OK);
+  const std::string e = error_of<attn::FormatError>([&] { read_lines(path); });
+  EXPECT_NE(e.find("newlines.gz' has 67108865 lines, more than the 67108864 of one text file"),
+            std::string::npos)
+      << e;
+}
+
+// read_line (translate's stdin): the line ends and the cap of read_lines, without reading on.
+TEST(CorpusIo, ReadLineStopsAtTheCap) {
+  std::istringstream in(
+      "\xEF\xBB\xBF"  // a byte order mark, not part of the cap
+      "ab\r\n\nabcd\r\nabc");
+  std::string line;
+  std::vector<std::string> got;
+  while (read_line(in, line, 4, "<in>", got.size() + 1, "")) got.push_back(line);
+  EXPECT_EQ(got, (std::vector<std::string>{"ab", "", "abcd", "abc"}));
+  EXPECT_FALSE(read_line(in, line, 4, "<in>", 5, ""));
+
+  // A line with no end: reading stops one byte past the cap.
+  std::istringstream endless("ok\n" + std::string(1000, 'z'));
+  ASSERT_TRUE(read_line(endless, line, 4, "<in>", 1, " (why)"));
+  const std::string e =
+      error_of<attn::DataError>([&] { read_line(endless, line, 4, "<in>", 2, " (why)"); });
+  EXPECT_NE(e.find("<in> line 2 is longer than 4 bytes (why)"), std::string::npos) << e;
+  EXPECT_EQ(endless.tellg(), std::streampos(3 + 6));
+}
+
 // file as it was and no temporary file behind; the failure is an IOError naming the path.
 TEST(CorpusIo, FailedWriteKeepsTheOldFile) {
   const fs::path dir = temp_dir("atomic");
