@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -80,44 +81,96 @@ bool read_line(std::istream& in, std::string& line, std::size_t max_bytes, std::
 
 namespace {
 
-struct GzCloser {
-  void operator()(gzFile_s* f) const { gzclose(f); }
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
 };
-using GzHandle = std::unique_ptr<gzFile_s, GzCloser>;
 
-// gzread passes plain files through unchanged, so one reader serves both formats. Stops with a
-// FormatError before the text grows beyond `max_bytes`, however small the compressed file is.
-std::string read_all(const std::string& path, std::size_t max_bytes) {
-  {
-    std::ifstream probe(path, std::ios::binary);
-    ATTN_CHECK(probe.good(), IOError, "cannot open '", path,
-               "' for reading: ", std::strerror(errno));
+// A file read in chunks, with the path for messages.
+struct ChunkReader {
+  const std::string& path;
+  std::unique_ptr<std::FILE, FileCloser> file;
+  std::vector<unsigned char> chunk = std::vector<unsigned char>(1 << 16);
+  std::size_t size = 0;      // bytes in chunk
+  std::uint64_t offset = 0;  // of chunk[0] in the file
+
+  std::size_t next() {
+    offset += size;
+    size = std::fread(chunk.data(), 1, chunk.size(), file.get());
+    ATTN_CHECK(!std::ferror(file.get()), IOError, "cannot read '", path,
+               "': ", std::strerror(errno));
+    return size;
   }
-  GzHandle f(gzopen(path.c_str(), "rb"));
-  ATTN_CHECK(f != nullptr, IOError, "cannot open '", path, "' for reading: ", std::strerror(errno));
-  std::string data;
-  std::vector<char> chunk(1 << 16);
+};
+
+// Appends `n` bytes to the text, refusing it once it grows beyond `max_bytes`, however small the
+// compressed file is.
+void append_text(std::string& text, const char* bytes, std::size_t n, std::size_t max_bytes,
+                 const std::string& path) {
+  ATTN_CHECK(n <= max_bytes - text.size(), FormatError, "'", path, "' holds more than ", max_bytes,
+             " bytes of text (the limit of one text file after decompression); a gzip file that "
+             "inflates this far is refused");
+  text.append(bytes, n);
+}
+
+// After a gzip member: another member, or zeros (padding, which gzip ignores too) to the end.
+// Other bytes used to be dropped in silence. Returns whether another member begins.
+bool next_member(z_stream& zs, const ChunkReader& r) {
+  const unsigned char b = *zs.next_in;
+  const std::uint64_t at = r.offset + static_cast<std::uint64_t>(zs.next_in - r.chunk.data());
+  ATTN_CHECK(b == 0 || b == 0x1f, FormatError, "'", r.path,
+             "' has bytes after its gzip stream that are neither another gzip member nor zeros ",
+             "(byte 0x", std::hex, static_cast<unsigned>(b), std::dec, " at offset ", at, ")");
+  if (b == 0x1f) return inflateReset(&zs) == Z_OK;
+  ++zs.next_in;
+  --zs.avail_in;
+  return false;
+}
+
+// The gzip members of the file, one after another, as gzip -d reads them.
+std::string inflate_members(ChunkReader& r, std::size_t max_bytes) {
+  z_stream zs{};
+  ATTN_CHECK(inflateInit2(&zs, 15 + 16) == Z_OK, FormatError, "cannot inflate '", r.path, "'");
+  std::unique_ptr<z_stream, int (*)(z_stream*)> end(&zs, inflateEnd);
+  std::string text;
+  std::vector<char> out(1 << 16);
+  zs.next_in = r.chunk.data();
+  zs.avail_in = static_cast<uInt>(r.size);
+  bool ended = false, full = false;  // a member ended (no other began); inflate filled `out`
   for (;;) {
-    const int got = gzread(f.get(), chunk.data(), static_cast<unsigned>(chunk.size()));
-    if (got < 0) {
-      int code = 0;
-      const char* msg = gzerror(f.get(), &code);
-      if (code == Z_ERRNO)
-        throw IOError(detail::concat("cannot read '", path, "': ", std::strerror(errno)));
-      throw FormatError(detail::concat("'", path, "' is not a valid gzip stream: ", msg));
+    if (zs.avail_in == 0 && !full) {
+      if (r.next() == 0) break;
+      zs.next_in = r.chunk.data();
+      zs.avail_in = static_cast<uInt>(r.size);
     }
-    if (got == 0) break;
-    ATTN_CHECK(static_cast<std::size_t>(got) <= max_bytes - data.size(), FormatError, "'", path,
-               "' holds more than ", max_bytes, " bytes of text (the limit of one text file",
-               " after decompression); a gzip file that inflates this far is refused");
-    data.append(chunk.data(), static_cast<std::size_t>(got));
+    if (ended) {
+      ended = !next_member(zs, r);
+      continue;
+    }
+    zs.next_out = reinterpret_cast<Bytef*>(out.data());
+    zs.avail_out = static_cast<uInt>(out.size());
+    const int rc = inflate(&zs, Z_NO_FLUSH);
+    ATTN_CHECK(rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR, FormatError, "'", r.path,
+               "' is not a valid gzip stream: ", zs.msg ? zs.msg : "inflate failed");
+    append_text(text, out.data(), out.size() - zs.avail_out, max_bytes, r.path);
+    ended = rc == Z_STREAM_END;
+    full = !ended && zs.avail_out == 0;
   }
-  // zlib reports a gzip stream cut short as a clean end of file plus a Z_BUF_ERROR.
-  int code = 0;
-  const char* msg = gzerror(f.get(), &code);
-  ATTN_CHECK(code == Z_OK, FormatError, "'", path,
-             "' is a truncated or corrupt gzip stream: ", msg);
-  return data;
+  ATTN_CHECK(ended, FormatError, "'", r.path,
+             "' is a truncated or corrupt gzip stream: it ends inside a member");
+  return text;
+}
+
+// Plain text or gzip, told apart by the gzip magic bytes, not by the name.
+std::string read_all(const std::string& path, std::size_t max_bytes) {
+  ChunkReader r{path, std::unique_ptr<std::FILE, FileCloser>(std::fopen(path.c_str(), "rb"))};
+  ATTN_CHECK(r.file != nullptr, IOError, "cannot open '", path,
+             "' for reading: ", std::strerror(errno));
+  if (r.next() >= 2 && r.chunk[0] == 0x1f && r.chunk[1] == 0x8b)
+    return inflate_members(r, max_bytes);
+  std::string text;
+  for (; r.size > 0; r.next())
+    append_text(text, reinterpret_cast<const char*>(r.chunk.data()), r.size, max_bytes, path);
+  return text;
 }
 
 bool is_blank(const std::string& s) { return s.find_first_not_of(" \t\v\f") == std::string::npos; }

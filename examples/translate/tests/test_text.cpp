@@ -386,6 +386,37 @@ TEST(CorpusIo, MoreLinesThanTheCapAreRefusedBeforeTheyAreMade) {
       << e;
 }
 
+// gzip members one after another are read as gzip -d reads them; zeros after the last are
+// padding; anything else after it is named (zlib's gzread dropped it in silence).
+TEST(CorpusIo, GzipMembersPaddingAndTrailingBytes) {
+  const fs::path dir = temp_dir("members");
+  write_lines((dir / "a.gz").string(), {"one", "two"});
+  write_lines((dir / "b.gz").string(), std::vector<std::string>(30000, "three four five"));
+  std::ifstream ina(dir / "a.gz", std::ios::binary), inb(dir / "b.gz", std::ios::binary);
+  const std::string a((std::istreambuf_iterator<char>(ina)), std::istreambuf_iterator<char>());
+  const std::string b((std::istreambuf_iterator<char>(inb)), std::istreambuf_iterator<char>());
+  write_bytes(dir / "ab.gz", a + b + std::string(100000, '\0'));
+  const std::vector<std::string> lines = read_lines((dir / "ab.gz").string());
+  ASSERT_EQ(lines.size(), 30002u);
+  EXPECT_EQ(lines[1], "two");
+  EXPECT_EQ(lines[30001], "three four five");
+
+  write_bytes(dir / "tail.gz", a + std::string(3, '\0') + "more text\n");
+  const std::string t =
+      error_of<attn::FormatError>([&] { read_lines((dir / "tail.gz").string()); });
+  EXPECT_NE(t.find("tail.gz' has bytes after its gzip stream that are neither another gzip member "
+                   "nor zeros (byte 0x6d at offset " +
+                   std::to_string(a.size() + 3) + ")"),
+            std::string::npos)
+      << t;
+
+  std::string corrupt = b;
+  for (std::size_t i = 20; i < 40; ++i) corrupt[i] = static_cast<char>(~corrupt[i]);
+  write_bytes(dir / "bad.gz", corrupt);
+  const std::string c = error_of<attn::FormatError>([&] { read_lines((dir / "bad.gz").string()); });
+  EXPECT_NE(c.find("bad.gz' is not a valid gzip stream: "), std::string::npos) << c;
+}
+
 // read_line (translate's stdin): the line ends and the cap of read_lines, without reading on.
 TEST(CorpusIo, ReadLineStopsAtTheCap) {
   std::istringstream in(
