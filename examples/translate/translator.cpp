@@ -149,14 +149,19 @@ BleuScore Translator::evaluate(const std::vector<std::string>& src,
 
 void average_files(const std::vector<std::string>& inputs, const std::string& output) {
   ATTN_CHECK(!inputs.empty(), ConfigError, "average: no input checkpoints given");
-  const SafetensorsFile first = load_safetensors(inputs.front());
-  Transformer<float> model(config_from_model_file(first));
   // The model, its vocabulary and its translation settings: the same in every input, and the
   // only metadata kept (not the training state, step, RNG and data position, of one checkpoint).
   const std::vector<std::string> model_metadata{"config.", "vocab.", "translate."};
+  TransformerConfig config;
+  std::map<std::string, std::string> keep;
+  {  // released before the average reads the inputs: one checkpoint in memory at a time, not two
+    const SafetensorsFile first = load_safetensors(inputs.front());
+    config = config_from_model_file(first);
+    keep = attn::detail::metadata_with_prefixes(first.metadata(), model_metadata);
+  }
+  Transformer<float> model(config);
   average_checkpoints(inputs, model.parameters(), LoadOptions{kTrainingStatePrefixes},
                       model_metadata);
-  auto keep = attn::detail::metadata_with_prefixes(first.metadata(), model_metadata);
   keep["averaged_from"] = std::to_string(inputs.size());
   save_model(output, model, keep);
 }
