@@ -120,7 +120,10 @@ bool next_member(z_stream& zs, const ChunkReader& r) {
   ATTN_CHECK(b == 0 || b == 0x1f, FormatError, "'", r.path,
              "' has bytes after its gzip stream that are neither another gzip member nor zeros ",
              "(byte 0x", std::hex, static_cast<unsigned>(b), std::dec, " at offset ", at, ")");
-  if (b == 0x1f) return inflateReset(&zs) == Z_OK;
+  if (b == 0x1f) {
+    ATTN_CHECK(inflateReset(&zs) == Z_OK, FormatError, "cannot inflate '", r.path, "'");
+    return true;
+  }
   ++zs.next_in;
   --zs.avail_in;
   return false;
@@ -136,6 +139,7 @@ std::string inflate_members(ChunkReader& r, std::size_t max_bytes) {
   zs.next_in = r.chunk.data();
   zs.avail_in = static_cast<uInt>(r.size);
   bool ended = false, full = false;  // a member ended (no other began); inflate filled `out`
+  std::uint64_t member = 0;          // offset of the member being inflated
   for (;;) {
     if (zs.avail_in == 0 && !full) {
       if (r.next() == 0) break;
@@ -143,6 +147,7 @@ std::string inflate_members(ChunkReader& r, std::size_t max_bytes) {
       zs.avail_in = static_cast<uInt>(r.size);
     }
     if (ended) {
+      member = r.offset + static_cast<std::uint64_t>(zs.next_in - r.chunk.data());
       ended = !next_member(zs, r);
       continue;
     }
@@ -150,13 +155,17 @@ std::string inflate_members(ChunkReader& r, std::size_t max_bytes) {
     zs.avail_out = static_cast<uInt>(out.size());
     const int rc = inflate(&zs, Z_NO_FLUSH);
     ATTN_CHECK(rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR, FormatError, "'", r.path,
-               "' is not a valid gzip stream: ", zs.msg ? zs.msg : "inflate failed");
+               "' is not a valid gzip stream: ", zs.msg ? zs.msg : "inflate failed",
+               member > 0 ? detail::concat(" (in the bytes after its first member, from offset ",
+                                           member, ")")
+                          : std::string());
     append_text(text, out.data(), out.size() - zs.avail_out, max_bytes, r.path);
     ended = rc == Z_STREAM_END;
     full = !ended && zs.avail_out == 0;
   }
-  ATTN_CHECK(ended, FormatError, "'", r.path,
-             "' is a truncated or corrupt gzip stream: it ends inside a member");
+  ATTN_CHECK(ended, FormatError, "'", r.path, "' is a truncated or corrupt gzip stream: it ends ",
+             member > 0 ? detail::concat("in the member from offset ", member)
+                        : std::string("inside its first member"));
   return text;
 }
 

@@ -121,8 +121,10 @@ Trainer::Validation Trainer::validate() {
 
 BleuScore Trainer::test_bleu(std::vector<std::string>* hyps) {
   if (data_.test.empty()) return {};
+  std::vector<std::vector<TokenId>> ids;
+  for (const auto& s : data_.test.src) ids.push_back(vocab_.encode(s));
   TranslateOptions t;  // the paper's beam 4, alpha 0.6
-  const auto out = translate_ids(*model_, test_src_ids_, t);
+  const auto out = translate_ids(*model_, ids, t);
   std::vector<std::string> text(out.size());
   for (std::size_t i = 0; i < out.size(); ++i) text[i] = vocab_.decode(out[i]);
   BleuScore score = corpus_bleu(text, data_.test.tgt, bleu_options());

@@ -166,8 +166,7 @@ class Trainer {
   std::unique_ptr<LabelSmoothedCrossEntropy<float>> loss_;
   std::unique_ptr<Batcher> train_batches_, valid_batches_;
   std::uint64_t data_fingerprint_ = 0;  // of train_batches_ (checkpoints store it, --resume checks)
-  std::vector<std::vector<TokenId>> valid_src_ids_;  // the first bleu_sentences, for BLEU
-  std::vector<std::vector<TokenId>> test_src_ids_;
+  std::vector<std::vector<TokenId>> valid_src_ids_;
   std::uint64_t epoch_ = 0;  // data position: epoch and index into its batch order
   std::size_t batch_index_ = 0;
   std::vector<std::size_t> order_;

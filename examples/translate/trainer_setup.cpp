@@ -33,9 +33,25 @@ std::vector<std::string> both_sides(const ParallelCorpus& c) {
   return s;
 }
 
+// The sources BLEU translates (validation, test) are encoded whole, unlike training pairs that
+// can be left out: a line too long in bytes to encode (bpe.hpp) is refused before anything is
+// trained, not met when the test set is translated at the end. Lines longer than max_len tokens
+// are translated, the positions extended.
+void check_bleu_sources(const TrainOptions& o, const CorpusSplit& data) {
+  if (!o.evaluate) return;
+  for (const auto& [set, lines] :
+       {std::pair{"validation", &data.valid.src}, std::pair{"test", &data.test.src}})
+    for (std::size_t i = 0; i < lines->size(); ++i)
+      ATTN_CHECK(!too_long_to_encode((*lines)[i], o.max_len), DataError, "the ", set,
+                 " set's source line ", i + 1, " has ", (*lines)[i].size(),
+                 " bytes, more than the ", kMaxBytesPerToken, " per subword token of --max-len ",
+                 o.max_len);
+}
+
 SubwordVocab open_vocab(const TrainOptions& o, const CorpusSplit& data, Replicas& replicas) {
   ATTN_CHECK(!o.model_dir.empty(), ConfigError, "train: --model-dir is required");
   ATTN_CHECK(!data.train.empty(), DataError, "train: the training corpus is empty");
+  check_bleu_sources(o, data);
   if (o.resume) return SubwordVocab::load(o.model_dir);
   if (replicas.rank() > 0) {  // rank 0 checks the directory and trains the vocabulary
     replicas.barrier();
@@ -172,17 +188,6 @@ std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const Paral
   return pairs;
 }
 
-// The source sides that BLEU translates, each checked as `translate` checks its input lines.
-std::vector<std::vector<TokenId>> encode_sources(const SubwordVocab& vocab,
-                                                 const std::vector<std::string>& lines,
-                                                 std::size_t n, Index max_len, const char* set) {
-  std::vector<std::vector<TokenId>> ids(std::min(n, lines.size()));
-  for (std::size_t i = 0; i < ids.size(); ++i)
-    ids[i] = encode_source(vocab, lines[i], max_len,
-                           detail::concat("the ", set, " set's source line ", i + 1));
-  return ids;
-}
-
 Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<Replicas> replicas)
     : opt_(options),
       data_(std::move(data)),
@@ -278,13 +283,13 @@ void Trainer::build(const TransformerConfig& config) {
     std::cerr << "train: left out " << train_batches_->skipped() << " of " << data_.train.size()
               << " training pairs longer than max_len " << opt_.max_len << " subword tokens\n";
   valid_batches_.reset();
-  if (!data_.valid.empty())
+  valid_src_ids_.clear();
+  if (!data_.valid.empty()) {
     valid_batches_ = std::make_unique<Batcher>(tokenize_pairs(vocab_, data_.valid, b.max_len), b);
-  // BLEU's sources are checked here, not after hours of training.
-  const std::size_t bleu_n =
-      opt_.bleu_sentences > 0 ? static_cast<std::size_t>(opt_.bleu_sentences) : data_.valid.size();
-  valid_src_ids_ = encode_sources(vocab_, data_.valid.src, bleu_n, b.max_len, "validation");
-  test_src_ids_ = encode_sources(vocab_, data_.test.src, data_.test.size(), b.max_len, "test");
+    std::size_t n = data_.valid.size();
+    if (opt_.bleu_sentences > 0) n = std::min<std::size_t>(n, opt_.bleu_sentences);
+    for (std::size_t i = 0; i < n; ++i) valid_src_ids_.push_back(vocab_.encode(data_.valid.src[i]));
+  }
   model_ = std::make_unique<Transformer<float>>(config);
   adam_ = std::make_unique<Adam<float>>(model_->parameters());
   loss_ = std::make_unique<LabelSmoothedCrossEntropy<float>>(opt_.label_smoothing, config.pad_id);

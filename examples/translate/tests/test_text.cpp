@@ -410,6 +410,24 @@ TEST(CorpusIo, GzipMembersPaddingAndTrailingBytes) {
             std::string::npos)
       << t;
 
+  // Bytes after the stream that begin like a member but are none.
+  write_bytes(dir / "magic.gz", a + "\x1f hi");
+  const std::string m =
+      error_of<attn::FormatError>([&] { read_lines((dir / "magic.gz").string()); });
+  EXPECT_NE(m.find("magic.gz' is not a valid gzip stream: incorrect header check (in the bytes "
+                   "after its first member, from offset " +
+                   std::to_string(a.size()) + ")"),
+            std::string::npos)
+      << m;
+  write_bytes(dir / "lone.gz", a + "\x1f");
+  const std::string l =
+      error_of<attn::FormatError>([&] { read_lines((dir / "lone.gz").string()); });
+  EXPECT_NE(l.find("lone.gz' is a truncated or corrupt gzip stream: it ends in the member from "
+                   "offset " +
+                   std::to_string(a.size())),
+            std::string::npos)
+      << l;
+
   std::string corrupt = b;
   for (std::size_t i = 20; i < 40; ++i) corrupt[i] = static_cast<char>(~corrupt[i]);
   write_bytes(dir / "bad.gz", corrupt);
