@@ -173,6 +173,16 @@ void report_test(Trainer& trainer, const TrainOptions& t, const std::vector<std:
   check_stdout("the test BLEU and translations");
 }
 
+// report_test translates the test set with the saved model, and Translator refuses a line of more
+// than the max_len it was trained with: such a line is named before training, not after it. On
+// every rank, so that none waits for another that stopped.
+void check_test_sources(const Trainer& trainer) {
+  const std::vector<std::string>& src = trainer.data().test.src;
+  for (std::size_t i = 0; i < src.size(); ++i)
+    encode_source(trainer.vocab(), src[i], trainer.options().max_len,
+                  detail::concat("test line ", i + 1));
+}
+
 }  // namespace
 
 CLI::App* add_train(CLI::App& app, TrainCommand& c, int& threads) {
@@ -200,6 +210,7 @@ int run_train(TrainCommand& c, int threads, std::shared_ptr<Replicas>& replicas)
   BuiltinCorpus corpus = load_train_data(c.data);
   install_stop_handlers();  // Ctrl-C / SIGTERM: checkpoint, then exit 130 / 143
   Trainer trainer(t, std::move(corpus.split), replicas);
+  if (t.evaluate) check_test_sources(trainer);
   trainer.train();
   if (trainer.interrupted()) {
     std::cerr << "attn-translate: interrupted by "

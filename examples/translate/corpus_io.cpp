@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <istream>
 #include <limits>
 #include <memory>
@@ -57,15 +56,17 @@ std::size_t find_invalid_utf8(std::string_view text) {
 
 bool read_line(std::istream& in, std::string& line, std::size_t max_bytes, std::string_view name,
                std::size_t number, std::string_view why) {
+  const auto check_cap = [&](std::size_t bytes) {
+    ATTN_CHECK(bytes <= max_bytes, DataError, name, " line ", number, " is longer than ", max_bytes,
+               " bytes", why);
+  };
   line.clear();
   std::streambuf* buf = in.rdbuf();
   bool any = false, bom = number == 1;
   for (int c = buf->sbumpc(); c != std::char_traits<char>::eof(); c = buf->sbumpc()) {
     any = true;
     if (c == '\n') break;
-    // One byte more than the cap may be a '\r' that is not part of the line.
-    ATTN_CHECK(line.size() <= max_bytes, DataError, name, " line ", number, " is longer than ",
-               max_bytes, " bytes", why);
+    check_cap(line.size());  // one byte past the cap may be a '\r' that is not part of the line
     line.push_back(static_cast<char>(c));
     if (bom && line.size() == 3) {
       bom = false;
@@ -73,8 +74,7 @@ bool read_line(std::istream& in, std::string& line, std::size_t max_bytes, std::
     }
   }
   if (!line.empty() && line.back() == '\r') line.pop_back();
-  ATTN_CHECK(line.size() <= max_bytes, DataError, name, " line ", number, " is longer than ",
-             max_bytes, " bytes", why);
+  check_cap(line.size());
   if (!any) in.setstate(std::ios::eofbit | std::ios::failbit);
   return any;
 }

@@ -58,9 +58,9 @@ std::vector<std::string> read_lines(const std::string& path,
 
 /// Reads the next line of `in` into `line`, without its '\n' or a trailing '\r'; false at the
 /// end of the input (a final line without '\n' counts); line 1 loses a byte order mark (below,
-/// strip_utf8_bom). Stops reading a line longer than
-/// `max_bytes` and throws DataError "<name> line <number> is longer than <max_bytes> bytes<why>":
-/// a stream without line ends (a pipe from /dev/zero) costs no more memory than the cap.
+/// strip_utf8_bom). Stops reading a line longer than `max_bytes` and throws DataError "<name> line
+/// <number> is longer than <max_bytes> bytes<why>": a stream without line ends (a pipe from
+/// /dev/zero) costs no more memory than the cap.
 bool read_line(std::istream& in, std::string& line, std::size_t max_bytes, std::string_view name,
                std::size_t number, std::string_view why);
 

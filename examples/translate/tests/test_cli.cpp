@@ -280,6 +280,28 @@ TEST_F(Cli, NoEvalEndsTrainingWithoutValidationOrTestBleu) {
   EXPECT_FALSE(fs::exists(dir("both")));
 }
 
+// The final report translates the test set with the saved model, which refuses a line longer than
+// its max_len: that used to end a finished training run with an error.
+TEST_F(Cli, ATestLineLongerThanMaxLenIsNamedBeforeTraining) {
+  tr::CorpusSplit d = split();
+  for (int i = 0; i < 40; ++i) d.test.src[1] += " green house";
+  std::string data =
+      " --threads 1 --preset tiny --vocab-size 60 --max-tokens 128 --max-len 32 --steps 2 "
+      "--checkpoint-every 1 --svg 0";
+  for (const auto& [name, corpus] :
+       {std::pair<std::string, const tr::ParallelCorpus*>{"", &d.train}, {"test-", &d.test}}) {
+    tr::write_lines(dir(name + "src"), corpus->src);
+    tr::write_lines(dir(name + "tgt"), corpus->tgt);
+    data += " --" + name + "src " + dir(name + "src") + " --" + name + "tgt " + dir(name + "tgt");
+  }
+  const std::string model = dir("model");
+  expect_error(run("train --model-dir " + model + data),
+               {"test line 2 has ", " subword tokens, more than the model's max_len 32"});
+  EXPECT_FALSE(fs::exists(model + "/checkpoint_1.safetensors"));
+  const CliResult r = run("train --model-dir " + dir("timed") + data + " --no-eval");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
 TEST_F(Cli, BadTrainingDataIsRefusedAndNothingIsWritten) {
   const std::string model = dir("model"), good_en = dir("good.en"), good_de = dir("good.de");
   write_file(good_en, "one\ntwo\nthree\n");
