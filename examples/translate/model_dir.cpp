@@ -1,7 +1,6 @@
 #include "model_dir.hpp"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 
 #include <attn/error.hpp>
 #include <attn/strict_number.hpp>
+#include <attn/train/atomic_file.hpp>
 
 namespace attn::translate {
 
@@ -111,18 +111,7 @@ ModelDirLock::~ModelDirLock() {
 }
 
 std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
-  std::vector<std::string> removed;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    const std::size_t at = name.rfind(".tmp.");
-    if (at == std::string::npos || !entry.is_regular_file(ec)) continue;
-    const auto pid = parse_number<pid_t>(std::string_view(name).substr(at + 5));
-    if (!pid || *pid <= 0) continue;
-    const bool gone = *pid == ::getpid() || (::kill(*pid, 0) != 0 && errno == ESRCH);
-    if (gone && fs::remove(entry.path(), ec)) removed.push_back(entry.path().string());
-  }
-  return removed;
+  return remove_stale_temporaries(dir);
 }
 
 }  // namespace attn::translate

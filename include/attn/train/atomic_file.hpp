@@ -10,9 +10,15 @@
 // old file is intact. After the rename the new file is in place, so a failing directory fsync is
 // not reported as a failed write: it is returned as a warning (the write happened, but may not be
 // durable), which the caller can print.
+//
+// Only a writer killed outright (SIGKILL, a power loss) leaves "<path>.tmp.<pid>" behind. The next
+// write of <path> removes such leftovers of writers that are gone (remove_stale_temporaries), so a
+// killed `translate --output f` costs disk space only until f is written again.
 #pragma once
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,9 +28,13 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "attn/error.hpp"
+#include "attn/strict_number.hpp"
 #include "attn/train/regular_file.hpp"
 
 namespace attn {
@@ -107,6 +117,52 @@ inline std::string atomic_temp_path(const std::string& path) {
   return path + ".tmp." + std::to_string(::getpid());
 }
 
+namespace detail {
+
+/// The writer's pid in a temporary file name "<target>.tmp.<pid>" (after the last ".tmp."), if
+/// `name` is one; with a non-empty `target`, only a temporary of that file name counts.
+inline std::optional<pid_t> temp_writer_pid(std::string_view name, std::string_view target) {
+  const std::size_t at = name.rfind(".tmp.");
+  if (at == std::string_view::npos || (!target.empty() && name.substr(0, at) != target))
+    return std::nullopt;
+  const std::optional<pid_t> pid = parse_number<pid_t>(name.substr(at + 5));
+  if (!pid || *pid <= 0) return std::nullopt;
+  return pid;
+}
+
+/// Whether the writer `pid` of a temporary is gone: no such process, or this one (which looks
+/// before it starts a write of its own).
+inline bool temp_writer_gone(pid_t pid) {
+  return pid == ::getpid() || (::kill(pid, 0) != 0 && errno == ESRCH);
+}
+
+}  // namespace detail
+
+/// Removes the temporary files "<name>.tmp.<pid>" of directory `dir` whose writer is gone, and
+/// returns their paths: for every <name> if `target_name` is empty, else for that file name only.
+/// Only regular files are removed; a directory that cannot be read removes nothing. The pid names
+/// the writer, so this assumes the writers of `dir` run on this machine (in this pid namespace);
+/// a live process of that pid, whoever it is, keeps the file. With an empty `target_name`, call it
+/// before this process starts any write in `dir`: its own temporaries count as leftovers.
+inline std::vector<std::string> remove_stale_temporaries(const std::string& dir,
+                                                         const std::string& target_name = "") {
+  std::vector<std::string> stale, removed;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return removed;
+  const std::string prefix = !dir.empty() && dir.back() == '/' ? dir : dir + "/";
+  while (const dirent* e = ::readdir(d)) {
+    const std::optional<pid_t> pid = detail::temp_writer_pid(e->d_name, target_name);
+    if (pid && detail::temp_writer_gone(*pid)) stale.push_back(prefix + e->d_name);
+  }
+  ::closedir(d);
+  for (const std::string& path : stale) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::unlink(path.c_str()) == 0)
+      removed.push_back(path);
+  }
+  return removed;
+}
+
 /// What write_file_atomically reports besides success: a non-empty `warning` says the new file is
 /// in place but its directory entry could not be made durable (a power loss may revert it).
 struct AtomicWriteResult {
@@ -119,17 +175,13 @@ struct AtomicWriteResult {
 inline AtomicWriteResult write_file_atomically(
     const std::string& path, const std::function<bool(int fd, std::size_t& written)>& body) {
   detail::check_replaceable(path);
+  // Leftovers of killed writers of `path`, our own pid's among them (a previous process of this
+  // pid killed mid-write): regular files only, so a planted symlink or directory is refused below.
+  const std::size_t slash = path.find_last_of('/');
+  remove_stale_temporaries(detail::parent_directory(path),
+                           slash == std::string::npos ? path : path.substr(slash + 1));
   const std::string tmp = atomic_temp_path(path);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0 && errno == EEXIST) {
-    // Our own pid's leftover (a previous process with this pid was killed mid-write). Remove it
-    // only if it is a regular file; a planted symlink or directory is refused below.
-    struct stat st {};
-    if (::lstat(tmp.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::unlink(tmp.c_str()) == 0)
-      fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    else
-      errno = EEXIST;
-  }
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   ATTN_CHECK(fd >= 0, IOError, "cannot create ", tmp, " to write ", path, ": ",
              detail::errno_text(errno));
   auto fail = [&](const char* what, int err, bool close_fd) {

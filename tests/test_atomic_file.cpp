@@ -1,0 +1,78 @@
+// write_file_atomically and the leftovers of killed writers: "<path>.tmp.<pid>" files that a
+// SIGKILL or a power loss left behind. The next write of <path> removes those whose writer is
+// gone, and nothing else (issue 10: a killed `translate --output f` left f.tmp.<pid> forever).
+#include <sys/stat.h>
+#include <attn/train/atomic_file.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "error_helpers.hpp"
+#include "pch.hpp"
+
+namespace attn {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A pid no process can have: one above the kernel's pid_max.
+std::string dead_pid() {
+  long pid_max = 4194304;
+  std::ifstream("/proc/sys/kernel/pid_max") >> pid_max;
+  return std::to_string(pid_max + 1);
+}
+
+class AtomicFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "attn_atomic_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    // The old file; leftovers of dead writers, of out.txt and of another file; the temporary of
+    // a writer that may still be at work (pid 1 exists); a name that holds no pid.
+    const std::vector<std::string> names = {"out.txt", "out.txt.tmp." + dead_pid(),
+                                            "log.txt.tmp." + dead_pid(), "out.txt.tmp.1",
+                                            "out.txt.tmp.old"};
+    for (const std::string& name : names) std::ofstream(path(name)) << "partial";
+    // A directory under a dead writer's temporary name is not a temporary this program wrote.
+    fs::create_directory(path("out.txt.tmp.2" + dead_pid()));
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::vector<std::string> list() const {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  std::string dir_;
+};
+
+TEST_F(AtomicFile, AWriteRemovesTheTemporariesOfItsPathThatDeadWritersLeft) {
+  write_file_atomically(path("out.txt"), std::string("new"));
+  std::ifstream in(path("out.txt"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "new");
+  // Only out.txt.tmp.<dead pid> is gone: not another file's, not a live writer's, not a
+  // directory, not a name that holds no pid.
+  EXPECT_EQ(list(),
+            (std::vector<std::string>{"log.txt.tmp." + dead_pid(), "out.txt", "out.txt.tmp.1",
+                                      "out.txt.tmp.2" + dead_pid(), "out.txt.tmp.old"}));
+}
+
+TEST_F(AtomicFile, RemoveStaleTemporariesOfEveryNameOrOfOne) {
+  EXPECT_EQ(remove_stale_temporaries(dir_, "log.txt"),
+            std::vector<std::string>{path("log.txt.tmp." + dead_pid())});
+  std::ofstream(path("log.txt.tmp." + dead_pid())) << "partial";
+  std::vector<std::string> removed = remove_stale_temporaries(dir_ + "/");
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, (std::vector<std::string>{path("log.txt.tmp." + dead_pid()),
+                                               path("out.txt.tmp." + dead_pid())}));
+  EXPECT_EQ(list(), (std::vector<std::string>{"out.txt", "out.txt.tmp.1",
+                                              "out.txt.tmp.2" + dead_pid(), "out.txt.tmp.old"}));
+  EXPECT_TRUE(remove_stale_temporaries(path("no such directory")).empty());
+}
+
+}  // namespace
+}  // namespace attn
