@@ -1,6 +1,7 @@
 #include "translator.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 
@@ -147,6 +148,34 @@ BleuScore Translator::evaluate(const std::vector<std::string>& src,
   return score;
 }
 
+namespace {
+
+/// NumericError unless every value of the average in `params` is finite, naming the parameter,
+/// the element and the first of `inputs` that holds a non-finite value there: the mean of finite
+/// floats, summed in double, is finite, so one of them does. A model with a NaN weight is refused
+/// by translate and --resume; average used to write one without a word.
+void check_finite_average(const std::vector<NamedParameter<float>>& params,
+                          const std::vector<std::string>& inputs, const std::string& output) {
+  for (const auto& p : params) {
+    const float* avg = p.value.data();
+    Index bad = 0;
+    while (bad < p.value.numel() && std::isfinite(avg[bad])) ++bad;
+    if (bad == p.value.numel()) continue;
+    std::string source = "no input holds one there";
+    for (const std::string& input : inputs) {
+      const float x = load_safetensors(input).tensor<float>(p.name).data()[bad];
+      if (std::isfinite(x)) continue;
+      source = detail::concat(input, " holds ", x, " there");
+      break;
+    }
+    throw NumericError(detail::concat("average: not writing ", output, ": parameter ", p.name,
+                                      " of the average is ", avg[bad], " at element ", bad, " (",
+                                      source, ")"));
+  }
+}
+
+}  // namespace
+
 void average_files(const std::vector<std::string>& inputs, const std::string& output) {
   ATTN_CHECK(!inputs.empty(), ConfigError, "average: no input checkpoints given");
   // The model, its vocabulary and its translation settings: the same in every input, and the
@@ -162,6 +191,7 @@ void average_files(const std::vector<std::string>& inputs, const std::string& ou
   Transformer<float> model(config);
   average_checkpoints(inputs, model.parameters(), LoadOptions{kTrainingStatePrefixes},
                       model_metadata);
+  check_finite_average(model.parameters(), inputs, output);
   keep["averaged_from"] = std::to_string(inputs.size());
   save_model(output, model, keep);
 }

@@ -20,6 +20,7 @@
 
 #include "corpus_io.hpp"
 #include "model_dir.hpp"
+#include "safetensors_edit.hpp"
 #include "stop_signal.hpp"
 #include "train_state.hpp"
 #include "trainer.hpp"
@@ -31,24 +32,6 @@ namespace fs = std::filesystem;
 using namespace attn::translate::testing;
 
 namespace {
-
-/// Rewrites the safetensors file `path` with `edit` applied to its metadata and `poison` to the
-/// raw bytes of its tensors (as a careful attacker would: the file stays well-formed).
-void rewrite(
-    const std::string& path, const std::function<void(std::map<std::string, std::string>&)>& edit,
-    const std::function<void(const std::string&, std::vector<unsigned char>&)>& poison = nullptr) {
-  const attn::SafetensorsFile f = attn::load_safetensors(path);
-  std::vector<attn::TensorEntry> entries;
-  for (const auto& name : f.names()) {
-    const attn::TensorInfo& ti = f.info(name);
-    std::vector<unsigned char> bytes(f.bytes(name), f.bytes(name) + (ti.end - ti.begin));
-    if (poison) poison(name, bytes);
-    entries.push_back(attn::bytes_entry(name, ti.dtype, ti.shape, std::move(bytes)));
-  }
-  auto meta = f.metadata();
-  edit(meta);
-  attn::save_safetensors(path, entries, meta);
-}
 
 class Reliability : public TrainedModelTest {
  protected:

@@ -1,0 +1,84 @@
+// What attn-translate leaves in the files it writes (issue 10): a killed writer's temporary is
+// removed by the next write of the same file, and average refuses to write a model that
+// translate would refuse to load.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "corpus_io.hpp"
+#include "model_dir.hpp"
+#include "safetensors_edit.hpp"
+#include "translate_fixture.hpp"
+
+namespace tr = attn::translate;
+namespace fs = std::filesystem;
+using namespace attn::translate::testing;
+
+namespace {
+
+class Outputs : public TrainedModelTest {
+ protected:
+  static void SetUpTestSuite() { train_suite_model("attn_outputs", 4, 2); }
+
+  /// The temporary that a writer of `path` killed by SIGKILL leaves: "<path>.tmp.<its pid>",
+  /// written by a shell that then kills itself.
+  std::string killed_writer_leftover(const std::string& path) {
+    run_command("sh -c 'echo partial > \"$0.tmp.$$\"; echo $$ > \"$0.pid\"; kill -KILL $$' " + path,
+                root_.string());
+    const std::string leftover = path + ".tmp." + tr::read_lines(path + ".pid").at(0);
+    fs::remove(path + ".pid");
+    EXPECT_TRUE(fs::exists(leftover)) << leftover;
+    return leftover;
+  }
+};
+
+TEST_F(Outputs, TranslateOutputRemovesTheTemporariesOfKilledWriters) {
+  // A killed `translate --output f` left f.tmp.<pid> behind for good.
+  const std::string out = dir("out.txt");
+  const std::string killed = killed_writer_leftover(out);
+  const std::string other = killed_writer_leftover(dir("other.txt"));
+  const std::string alive = out + ".tmp.1";  // pid 1 exists: its writer may still be at work
+  write_file(alive, "partial");
+  const CliResult r = run("translate --threads 1 --greedy --model-dir " + model() + " --input " +
+                          input("the red cat\n") + " --output " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(tr::read_lines(out).size(), 1u);
+  EXPECT_FALSE(fs::exists(killed)) << killed;
+  EXPECT_TRUE(fs::exists(other)) << "a temporary of another file was removed";
+  EXPECT_TRUE(fs::exists(alive)) << "the temporary of a live writer was removed";
+}
+
+TEST_F(Outputs, AverageRefusesToWriteANonFiniteModel) {
+  // translate and --resume refuse a model with a NaN weight; average used to write one.
+  const std::string m = model_copy(), out = dir("averaged.safetensors");
+  const auto ckpts = tr::list_checkpoints(m);
+  ASSERT_EQ(ckpts.size(), 2u);  // steps 2 and 4
+  const std::string poisoned = ckpts.back().second, final_model = tr::final_model_path(m);
+  rewrite(
+      poisoned, [](auto&) {},
+      [](const std::string& name, std::vector<unsigned char>& bytes) {
+        if (name != "decoder.layers.0.linear2.weight") return;
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::memcpy(bytes.data() + 4 * 7, &nan, 4);
+      });
+  const std::string old_model = read_file(final_model);
+  const std::string why =
+      "parameter decoder.layers.0.linear2.weight of the average is nan at "
+      "element 7 (" +
+      poisoned + " holds nan there)";
+  expect_cli_error(run("average --threads 1 --model-dir " + m + " --last 2"),
+                   {"average: not writing " + final_model + ": " + why});
+  EXPECT_EQ(read_file(final_model), old_model);
+  expect_cli_error(run("average --threads 1 --inputs " + ckpts.front().second + " " + poisoned +
+                       " --output " + out),
+                   {"average: not writing " + out + ": " + why});
+  EXPECT_FALSE(fs::exists(out));
+  for (const auto& e : fs::recursive_directory_iterator(root_))
+    EXPECT_FALSE(contains(e.path().filename().string(), ".tmp.")) << e.path();
+}
+
+}  // namespace
