@@ -1,22 +1,22 @@
 // Full disk (issue 10): the files attn-translate writes besides checkpoints and models (those are
-// in tests/test_checkpoint.cpp and tests/test_training.cpp), each written while the file size
-// limit (RLIMIT_FSIZE, with SIGXFSZ ignored, so write() fails with EFBIG as it fails with ENOSPC
-// on a full disk) is below the size of the new file. Each must fail with an error naming the
-// file, leave the old file byte for byte as it was, and leave no temporary file beside it.
+// in test_full_disk_models.cpp), each written while the file size limit (RLIMIT_FSIZE, with
+// SIGXFSZ ignored, so write() fails with EFBIG as it fails with ENOSPC on a full disk) is below
+// the size of the new file. Each must fail with an error naming the file, leave the old file byte
+// for byte as it was, and leave no temporary file beside it.
 #include <gtest/gtest.h>
 
-#include <sys/resource.h>
-
-#include <csignal>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <attn/error.hpp>
+#include <attn/train/atomic_file.hpp>
 
 #include "bpe.hpp"
+#include "full_disk.hpp"
 #include "train_report.hpp"
 #include "translate_fixture.hpp"
 #include "translator.hpp"
@@ -26,35 +26,6 @@ namespace fs = std::filesystem;
 using namespace attn::translate::testing;
 
 namespace {
-
-/// Lowers this process's soft file size limit to `bytes` and ignores SIGXFSZ until destroyed;
-/// child processes (std::system) inherit both.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    EXPECT_EQ(::getrlimit(RLIMIT_FSIZE, &saved_), 0);
-    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
-    rlimit lowered = saved_;
-    lowered.rlim_cur = bytes;
-    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &lowered), 0);
-  }
-  ~FileSizeLimit() {
-    EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &saved_), 0);
-    std::signal(SIGXFSZ, old_handler_);
-  }
-  FileSizeLimit(const FileSizeLimit&) = delete;
-  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
-
- private:
-  rlimit saved_{};
-  void (*old_handler_)(int) = SIG_DFL;
-};
-
-std::set<std::string> listing(const fs::path& dir) {
-  std::set<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
-  return names;
-}
 
 /// Runs `write` (which replaces `path`) under a file size limit of `limit` bytes and returns the
 /// message of the IOError it must throw; checks that `path` and its directory are as before, and
@@ -118,6 +89,45 @@ TEST_F(FullDisk, ANewVocabularyKeepsTheOldSpmModelAndVocabTxt) {
   EXPECT_TRUE(contains(m, "File too large")) << m;
   // full_disk_error ends with the successful write: the new pair replaced the old one.
   EXPECT_NE(read_file(d + "/vocab.txt"), vocab_txt);
+  EXPECT_EQ(tr::SubwordVocab::load(d).size(), 60);
+}
+
+TEST_F(FullDisk, AFailedVocabTxtKeepsTheOldOne) {
+  // vocab.txt (tens of bytes) is written after spm.model (kilobytes): no file size limit stops it
+  // alone, since any that stops vocab.txt stops spm.model first. The writer's test hook
+  // (before_atomic_write, atomic_file.hpp) lowers the limit once spm.model is in place, before
+  // vocab.txt's temporary is created; the write then fails in the kernel, as on a disk that
+  // filled up between the two files.
+  const std::string d = dir("vocab"), vocab_txt = d + "/vocab.txt";
+  const tr::CorpusSplit data = split();
+  std::vector<std::string> text = data.train.src;
+  text.insert(text.end(), data.train.tgt.begin(), data.train.tgt.end());
+  tr::BpeTrainOptions first, second;
+  first.vocab_size = 50;
+  second.vocab_size = 60;
+  first.num_threads = second.num_threads = 1;
+  tr::SubwordVocab::train(text, d, first);
+  const std::string old_vocab_txt = read_file(vocab_txt), old_spm = read_file(d + "/spm.model");
+  const std::set<std::string> names = listing(d);
+  std::optional<FileSizeLimit> full;
+  attn::detail::before_atomic_write() = [&](const std::string& path) {
+    if (path == vocab_txt) full.emplace(16);
+  };
+  const std::string m = error_of<attn::IOError>([&] { tr::SubwordVocab::train(text, d, second); });
+  attn::detail::before_atomic_write() = nullptr;
+  ASSERT_TRUE(full.has_value()) << "vocab.txt was not written";
+  full.reset();
+  EXPECT_TRUE(contains(m, "cannot write " + vocab_txt + " (via " + vocab_txt + ".tmp.")) << m;
+  EXPECT_TRUE(contains(m, "File too large")) << m;
+  EXPECT_EQ(read_file(vocab_txt), old_vocab_txt);
+  EXPECT_EQ(listing(d), names) << "a failed write left a file behind in " << d;
+  // spm.model is the new one, so the pair no longer matches, and loading says so. A vocabulary is
+  // trained only in a directory without weights (check_fresh_model_dir), and training there again
+  // writes both.
+  EXPECT_NE(read_file(d + "/spm.model"), old_spm);
+  EXPECT_TRUE(contains(error_of([&] { tr::SubwordVocab::load(d); }),
+                       "was trained with a different vocabulary"));
+  tr::SubwordVocab::train(text, d, second);
   EXPECT_EQ(tr::SubwordVocab::load(d).size(), 60);
 }
 

@@ -53,6 +53,14 @@ inline int& directory_fsync_fails_with() {
   return err;
 }
 
+/// Test hook: called with the path at the start of each write_file_atomically, before its
+/// temporary file is created. A test that must make the second of two writes fail for real (a
+/// file size limit lowered after the first, larger file is in place) does it here.
+inline std::function<void(const std::string& path)>& before_atomic_write() {
+  static std::function<void(const std::string&)> hook;
+  return hook;
+}
+
 inline std::string errno_text(int err) { return std::strerror(err); }
 
 /// Writes all of [data, data + n), retrying short writes; false with errno set on failure.
@@ -175,6 +183,7 @@ struct AtomicWriteResult {
 inline AtomicWriteResult write_file_atomically(
     const std::string& path, const std::function<bool(int fd, std::size_t& written)>& body) {
   detail::check_replaceable(path);
+  if (detail::before_atomic_write()) detail::before_atomic_write()(path);
   // Leftovers of killed writers of `path`, our own pid's among them (a previous process of this
   // pid killed mid-write): regular files only, so a planted symlink or directory is refused below.
   const std::size_t slash = path.find_last_of('/');
