@@ -21,8 +21,6 @@
 #include "translate_fixture.hpp"
 #include "translator.hpp"
 
-namespace tr = attn::translate;
-namespace fs = std::filesystem;
 using attn::Index;
 using namespace attn::translate::testing;
 

@@ -200,3 +200,7 @@ class TrainedModelTest : public TempDirTest {
 };
 
 }  // namespace attn::translate::testing
+
+// The short names every translate test uses.
+namespace tr = attn::translate;
+namespace fs = std::filesystem;
