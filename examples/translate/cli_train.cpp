@@ -212,11 +212,11 @@ int run_train(TrainCommand& c, int threads, std::shared_ptr<Replicas>& replicas)
   Trainer trainer(t, std::move(corpus.split), replicas);
   if (t.evaluate) check_test_sources(trainer);
   trainer.train();
-  if (trainer.interrupted()) {
-    std::cerr << "attn-translate: interrupted by "
-              << (stop_requested() == SIGINT ? "SIGINT" : "SIGTERM") << " at step "
-              << trainer.step() << "; checkpoint written, continue with train --resume\n";
-    return 128 + stop_requested();
+  if (const int signal = trainer.interrupted_by(); signal != 0) {
+    std::cerr << "attn-translate: interrupted by " << (signal == SIGINT ? "SIGINT" : "SIGTERM")
+              << " at step " << trainer.step()
+              << "; checkpoint written, continue with train --resume\n";
+    return 128 + signal;
   }
   trainer.finish();
   if (replicas->rank() != 0) return 0;  // rank 0 writes and reports

@@ -5,6 +5,8 @@
 #include <iostream>
 #include <thread>
 
+#include <sched.h>
+
 #include <attn/random.hpp>
 
 #ifdef ATTN_TRANSLATE_WITH_MPI
@@ -152,6 +154,13 @@ class MpiReplicas final : public Replicas {
     return v != 0;
   }
 
+  int max_over_ranks(int value) override {
+    int v = value;
+    detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD),
+                      "MPI_Allreduce");
+    return v;
+  }
+
   const Batch& share(const Batch& full) override {
     share_batch(full, rank_, size_, share_);
     return share_;
@@ -197,6 +206,29 @@ class MpiReplicas final : public Replicas {
   Batch share_;
 };
 
+// The CPUs this process may run on (0: unknown). mpirun binds each rank by default (Open MPI 4:
+// to one core when it starts at most 2 ranks, to a socket or NUMA node beyond), and threads
+// beyond those CPUs only take turns on them.
+int bound_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
+// Rank 0 names the layout; every rank warns of its own oversubscription.
+void report_threads(int rank, int ranks, int local, int threads, int cores, int bound) {
+  if (rank == 0)
+    std::cerr << "train: " << ranks << (ranks == 1 ? " rank (" : " ranks (") << local
+              << " on this machine) x " << threads << (threads == 1 ? " thread\n" : " threads\n");
+  if (rank == 0 && threads * local > cores)
+    std::cerr << "train: " << local << " ranks x " << threads << " threads on " << cores
+              << " cores oversubscribe this machine\n";
+  if (bound > 0 && threads > bound)
+    std::cerr << "train: rank " << rank << " runs " << threads << " threads on the " << bound
+              << (bound == 1 ? " CPU" : " CPUs") << " mpirun bound it to; start it with "
+              << "--map-by slot:PE=" << threads << " (or --bind-to none)\n";
+}
+
 // Set by mpirun (Open MPI), by PMIx launchers and by MPICH's Hydra.
 bool started_by_mpirun() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
@@ -207,16 +239,20 @@ bool started_by_mpirun() {
 }  // namespace
 #endif
 
+int default_rank_threads(int cores, int local_ranks, int bound_cpus) {
+  const int share = cores / std::max(1, local_ranks);
+  return std::max(1, bound_cpus > 0 ? std::min(share, bound_cpus) : share);
+}
+
 std::shared_ptr<Replicas> join_replicas(TrainOptions& options, const ReplicaOptions& replica) {
 #ifdef ATTN_TRANSLATE_WITH_MPI
   if (started_by_mpirun()) {
     auto mpi = std::make_shared<MpiReplicas>(replica.overlap_all_reduce);
     const int local = mpi->local_ranks();
     const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    if (!replica.threads_given) options.threads = std::max(1, cores / local);
-    if (mpi->rank() == 0 && options.threads * local > cores)
-      std::cerr << "train: " << local << " ranks x " << options.threads << " threads on " << cores
-                << " cores oversubscribe this machine\n";
+    const int bound = bound_cpus();
+    if (!replica.threads_given) options.threads = default_rank_threads(cores, local, bound);
+    report_threads(mpi->rank(), mpi->size(), local, options.threads, cores, bound);
     if (mpi->rank() != 0) {
       options.quiet = true;
       options.svg = false;

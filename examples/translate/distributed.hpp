@@ -61,6 +61,9 @@ class Replicas {
                      const TrainOptions& /*options*/) {}
   /// Rank 0's `value` on every rank: decisions that must not differ (stop on wall time).
   virtual bool rank0_decides(bool value) { return value; }
+  /// The largest `value` of any rank, on every rank: a signal that reached any rank stops them
+  /// all after the same update (mpirun forwards Ctrl-C to each rank, not at the same instant).
+  virtual int max_over_ranks(int value) { return value; }
   /// This rank's rows of `full`, trimmed to their own longest sentences; no rows at all when
   /// the batch has fewer rows than ranks. Valid until the next call.
   virtual const Batch& share(const Batch& full) { return full; }
@@ -89,9 +92,15 @@ struct ReplicaOptions {
 
 /// Joins the MPI job when this process was started by mpirun and attn-translate was built with
 /// MPI; one process alone otherwise. Adapts `options` to this rank: ranks > 0 are quiet and write
-/// no SVGs; unless threads_given, threads = cores / ranks on this machine (at least 1), so that
-/// ranks x threads do not oversubscribe; with max_tokens_per_rank, max_tokens *= N.
+/// no SVGs; unless threads_given, threads = default_rank_threads(...), so that ranks x threads
+/// do not oversubscribe; with max_tokens_per_rank, max_tokens *= N. Rank 0 prints the layout
+/// (ranks x threads) on stderr, and a rank with more threads than the CPUs it is bound to warns.
 std::shared_ptr<Replicas> join_replicas(TrainOptions& options, const ReplicaOptions& replica);
+
+/// Threads per rank unless --threads is given: the machine's `cores` shared among its
+/// `local_ranks`, and no more than the `bound_cpus` the rank may run on (mpirun binds each rank,
+/// by default to one core when it starts 1 or 2; 0: unknown), at least 1.
+int default_rank_threads(int cores, int local_ranks, int bound_cpus);
 
 /// The dropout seed of rank `rank`: `seed` itself on rank 0, so that a one-rank run is unchanged.
 std::uint64_t rank_seed(std::uint64_t seed, int rank);

@@ -71,8 +71,8 @@ double Trainer::update() {
       // Logits of the non-padding targets only, and the gradient overwrites them (a handle to
       // the model's buffer): one [n, V] buffer instead of two [B, T, V].
       Tensor<float> logits = model_->forward_scored(b.src, b.tgt_in, b.tgt_out);
-      const LossStats s =
-          loss_->forward_backward_in_place(logits, model_->scored_targets(), 1.0, step);
+      LossStats s = loss_->forward_backward_in_place(logits, model_->scored_targets(), 1.0, step);
+      if (step == fault_step_) s.smoothed_loss = kNaN;
       check_finite(s, step);
       model_->backward(logits);
       stats += s;
@@ -165,9 +165,14 @@ void Trainer::train(Index max_updates) {
   train_tokens_ = 0;
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   for (;;) {
-    if (stop_requested() != 0) {  // between updates: the last one is complete
+    // Between updates, so the last one is complete; a signal that reached any rank stops every
+    // rank here, or one would wait for the others in the next update's sums.
+    if (const int signal = replicas_->max_over_ranks(stop_requested()); signal != 0) {
       if (!checkpoint_is_current()) save_checkpoint();
-      interrupted_ = true;
+      // Every rank exits 128 + signal, and mpirun ends the job at the first non-zero exit: no
+      // rank leaves before rank 0's checkpoint is on disk.
+      replicas_->barrier();
+      interrupted_by_ = signal;
       break;
     }
     if (opt_.steps > 0 && step() >= opt_.steps) break;

@@ -106,10 +106,11 @@ class Trainer {
   ~Trainer();
 
   /// Runs updates until options.steps or options.minutes (or `max_updates` more, if > 0), or
-  /// until stop_requested() (SIGINT/SIGTERM): then the update in progress finishes, a checkpoint
-  /// is written and interrupted() is true.
+  /// until stop_requested() (SIGINT/SIGTERM) on any rank: then the update in progress finishes, a
+  /// checkpoint is written and interrupted_by() is that signal, on every rank.
   void train(Index max_updates = 0);
-  bool interrupted() const { return interrupted_; }
+  int interrupted_by() const { return interrupted_by_; }  // 0: not interrupted
+  bool interrupted() const { return interrupted_by_ != 0; }
   /// The checkpoints finish() averaged into model.safetensors (0: it holds the last weights).
   int averaged() const { return averaged_; }
   /// Writes checkpoint_<step>.safetensors and drops all but the last `keep`.
@@ -161,6 +162,7 @@ class Trainer {
   std::unique_ptr<ModelDirLock> lock_;  // rank 0's, held from before the first write to the dir
   SubwordVocab vocab_;
   ProgressLine progress_;
+  Index fault_step_ = 0;  // ATTN_TRANSLATE_FAULT_STEP: a test's NaN loss in this update (0: none)
   std::unique_ptr<Transformer<float>> model_;
   std::unique_ptr<Adam<float>> adam_;
   std::unique_ptr<LabelSmoothedCrossEntropy<float>> loss_;
@@ -173,8 +175,8 @@ class Trainer {
   std::vector<CurvePoint> curves_;
   Index train_tokens_ = 0;  // target tokens since the last progress point, for tokens/s
   double last_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
-  bool interrupted_ = false;
-  int averaged_ = 0;  // by finish()
+  int interrupted_by_ = 0;  // the signal that stopped train(), agreed by every rank
+  int averaged_ = 0;        // by finish()
   std::string resumed_from_;
   std::vector<std::string> skipped_checkpoints_;
 };

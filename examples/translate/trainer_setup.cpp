@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include <attn/parallel.hpp>
+#include <attn/strict_number.hpp>
 #include <attn/train/checkpoint.hpp>
 #include <attn/train/model_file.hpp>
 
@@ -26,6 +28,13 @@ namespace attn::translate {
 namespace fs = std::filesystem;
 
 namespace {
+
+// ATTN_TRANSLATE_FAULT_STEP=N makes this process's loss NaN in update N, as a diverging batch
+// would: how test_mpi.cpp fails one rank of a job in the middle of an update. Unset: never.
+Index injected_fault_step() {
+  const char* v = std::getenv("ATTN_TRANSLATE_FAULT_STEP");
+  return v ? parse_number_or_throw<Index>(v, "environment", "ATTN_TRANSLATE_FAULT_STEP") : 0;
+}
 
 std::vector<std::string> both_sides(const ParallelCorpus& c) {
   std::vector<std::string> s = c.src;
@@ -194,7 +203,8 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
       replicas_(replicas ? std::move(replicas) : std::make_shared<Replicas>()),
       lock_(replicas_->rank() == 0 ? lock_model_dir(opt_) : nullptr),
       vocab_(open_vocab(opt_, data_, *replicas_)),
-      progress_(std::cerr, !opt_.quiet && ProgressLine::stderr_is_terminal()) {
+      progress_(std::cerr, !opt_.quiet && ProgressLine::stderr_is_terminal()),
+      fault_step_(injected_fault_step()) {
   set_num_threads(opt_.threads);
   if (opt_.resume) {
     resume_newest_loadable(options);

@@ -74,6 +74,16 @@ TEST(RankSeed, RankZeroKeepsTheSeedAndEveryRankHasItsOwn) {
   EXPECT_NE(tr::rank_seed(1, 3), tr::rank_seed(2, 3));
 }
 
+TEST(RankThreads, CoresAreSharedAmongTheMachinesRanksWithinTheCpusARankIsBoundTo) {
+  EXPECT_EQ(tr::default_rank_threads(8, 2, 0), 4);  // binding unknown: the share of the cores
+  EXPECT_EQ(tr::default_rank_threads(8, 2, 8), 4);  // --bind-to none
+  EXPECT_EQ(tr::default_rank_threads(8, 2, 1), 1);  // Open MPI's default for 2 ranks: a core each
+  EXPECT_EQ(tr::default_rank_threads(8, 2, 2), 2);  // --map-by slot:PE=2
+  EXPECT_EQ(tr::default_rank_threads(8, 1, 1), 1);  // mpirun -np 1 binds to a core too
+  EXPECT_EQ(tr::default_rank_threads(2, 3, 2), 1);  // more ranks than cores: at least 1
+  EXPECT_EQ(tr::default_rank_threads(2, 0, 0), 2);  // no rank count: as one rank
+}
+
 TEST(Replicas, OneProcessSharesNothingAndRethrowsAnError) {
   tr::Replicas alone;
   const tr::Batcher batcher = four_pairs();

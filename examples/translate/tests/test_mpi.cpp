@@ -10,14 +10,13 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <thread>
 
 #include <attn/train/safetensors.hpp>
 
 #include "corpus_io.hpp"
 #include "translate_fixture.hpp"
 
-namespace tr = attn::translate;
-namespace fs = std::filesystem;
 using namespace attn::translate::testing;
 
 namespace {
@@ -31,9 +30,10 @@ class Mpi : public TempDirTest {
     tr::write_lines(dir("train.de"), d.train.tgt);
   }
   /// Flags shared by every run: the tiny preset on the synthetic corpus, several batches of
-  /// several rows per update (so both sharing and accumulation are exercised), 1 thread a rank.
-  std::string common(double dropout) const {
-    return "--threads 1 --src " + dir("train.en") + " --tgt " + dir("train.de") +
+  /// several rows per update (so both sharing and accumulation are exercised), 1 thread a rank
+  /// unless `threads` says otherwise ("": the default).
+  std::string common(double dropout, const std::string& threads = "--threads 1") const {
+    return threads + " --src " + dir("train.en") + " --tgt " + dir("train.de") +
            " --preset tiny --dropout " + std::to_string(dropout) +
            " --vocab-size 60 --max-tokens 128 --tokens-per-update 300 --max-len 32 --warmup 20"
            " --valid-every 0 --checkpoint-every 0 --svg 0 --log-every 1";
@@ -186,6 +186,72 @@ TEST_F(Mpi, ABadFileOnOneRankStopsEveryRankWithItsMessage) {
   EXPECT_FALSE(fs::exists(dir("m") + "/model.safetensors"));
 }
 
+TEST_F(Mpi, ANanLossOnOneRankInTheMiddleOfAnUpdateStopsEveryRankWithItsMessage) {
+  // Rank 1's loss turns NaN in update 2 (ATTN_TRANSLATE_FAULT_STEP, trainer_setup.cpp); rank 0's
+  // stays finite. Each update is several batches, the last one's sums start during backward (or,
+  // with --no-overlap-allreduce, after it): rank 1 skips the rest of its update, starts what is
+  // left of its sums so that rank 0's complete, and both stop at the end of the update on rank
+  // 1's message, agreed, not through MPI_Abort.
+  const std::string bin = ATTN_TRANSLATE_BIN;
+  std::string flags = common(0);  // a checkpoint after every update
+  flags.replace(flags.find("--checkpoint-every 0"), 20, "--checkpoint-every 1");
+  for (const std::string overlap : {"", " --no-overlap-allreduce"}) {
+    const std::string m = dir(overlap.empty() ? "during" : "after");
+    const std::string args = " train --model-dir " + m + " --steps 4" + overlap + " " + flags;
+    const auto start = std::chrono::steady_clock::now();
+    const CliResult r =
+        mpirun("-n 1 " + bin + args + " : -n 1 env ATTN_TRANSLATE_FAULT_STEP=2 " + bin + args);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(r.exit_code, 1) << overlap << "\n" << r.err;
+    EXPECT_TRUE(contains(r.err, "attn-translate: error: rank 1 of 2: loss is NaN at step 2"))
+        << overlap << "\n"
+        << r.err;
+    EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << overlap << "\n" << r.err;
+    EXPECT_LT(seconds, 30) << overlap;
+    // Update 1 was saved; update 2 never happened on either rank.
+    EXPECT_TRUE(fs::exists(m + "/checkpoint_1.safetensors")) << overlap;
+    EXPECT_FALSE(fs::exists(m + "/checkpoint_2.safetensors")) << overlap;
+  }
+}
+
+TEST_F(Mpi, ASignalToOneRankStopsEveryRankAfterTheSameUpdate) {
+  // mpirun forwards Ctrl-C to every rank, but not at the same instant: a rank that stopped while
+  // another began the next update left that one waiting for its sums for ever. Here only rank 1
+  // is signalled (its shell writes its pid, then becomes attn-translate); every rank must stop
+  // after the same update, and rank 0 write its checkpoint. `timeout` ends a hang.
+  std::string flags = common(0);
+  flags.replace(flags.find("--checkpoint-every 0"), 20, "--checkpoint-every 1");
+  const std::string m = dir("m"), pid = dir("rank1.pid"), err = dir("err"), rc = dir("rc");
+  const std::string run =
+      std::string(ATTN_TRANSLATE_BIN) + " train --model-dir " + m + " --steps 1000000 " + flags;
+  write_file(dir("job.sh"), "timeout -s KILL 60 " + std::string(ATTN_MPIEXEC) + " -n 1 " + run +
+                                " : -n 1 sh -c 'echo $$ > " + pid + "; exec " + run + "' 2> " +
+                                err +
+                                " &\njob=$!\nfor i in $(seq 600); do\n"
+                                "  [ -s " +
+                                pid + " ] && ls " + m +
+                                "/checkpoint_*.safetensors >/dev/null 2>&1"
+                                " && break\n  sleep 0.1\ndone\nsleep 1\nkill -TERM $(cat " +
+                                pid + ")\nwait $job\necho $? > " + rc + "\n");
+  ASSERT_EQ(std::system(("sh " + dir("job.sh")).c_str()), 0);
+  const std::string log = read_file(err);
+  EXPECT_NE(read_file(rc), "137\n") << "killed by the timeout: a rank was left waiting\n" << log;
+  // Every rank that prints "interrupted by SIGTERM at step N" names the same N (mpirun may end
+  // rank 0 once rank 1 has exited 143, but not before rank 0's checkpoint is on disk).
+  const std::string said = "attn-translate: interrupted by SIGTERM at step ";
+  const std::size_t first = log.find(said), second = log.find(said, first + 1);
+  ASSERT_NE(first, std::string::npos) << log;
+  const auto step_at = [&](std::size_t at) {
+    return std::stoll(log.substr(at + said.size(), log.find(';', at) - at - said.size()));
+  };
+  if (second != std::string::npos) {
+    EXPECT_EQ(step_at(first), step_at(second)) << log;
+  }
+  EXPECT_TRUE(fs::exists(m + "/checkpoint_" + std::to_string(step_at(first)) + ".safetensors"));
+  EXPECT_FALSE(contains(log, "MPI_ABORT")) << log;
+}
+
 TEST_F(Mpi, RanksThatWouldTrainDifferentlyAreStoppedBeforeTheFirstStep) {
   // Different --steps would leave one rank waiting for the other: refused, by every rank at once.
   const std::string bin = ATTN_TRANSLATE_BIN;
@@ -196,6 +262,33 @@ TEST_F(Mpi, RanksThatWouldTrainDifferentlyAreStoppedBeforeTheFirstStep) {
   EXPECT_TRUE(contains(r.err, "attn-translate: error: rank 1's training options")) << r.err;
   EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;  // agreed, so no rank is killed
   EXPECT_FALSE(fs::exists(dir("m") + "/checkpoint_3.safetensors"));
+}
+
+TEST_F(Mpi, ARankBoundToOneCoreTrainsWithOneThreadByDefaultAndWarnsOfMore) {
+  // mpirun binds a rank to one core when it starts one or two (ATTN_MPIEXEC says --bind-to none;
+  // a later --bind-to core wins): two threads there would only take turns on that core.
+  const std::string bin = ATTN_TRANSLATE_BIN;
+  const auto args = [&](const std::string& m, const std::string& threads) {
+    return " train --model-dir " + dir(m) + " --steps 1 " + common(0, threads);
+  };
+  const CliResult bound = mpirun("--bind-to core -n 1 " + bin + args("bound", ""));
+  EXPECT_EQ(bound.exit_code, 0) << bound.err;
+  EXPECT_TRUE(contains(bound.err, "train: 1 rank (1 on this machine) x 1 thread\n")) << bound.err;
+  EXPECT_FALSE(contains(bound.err, "mpirun bound it to")) << bound.err;
+
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const CliResult unbound = mpirun("-n 1 " + bin + args("free", ""));
+  EXPECT_EQ(unbound.exit_code, 0) << unbound.err;
+  EXPECT_TRUE(contains(unbound.err, "train: 1 rank (1 on this machine) x " + std::to_string(cores) +
+                                        (cores == 1 ? " thread\n" : " threads\n")))
+      << unbound.err;
+
+  const CliResult more = mpirun("--bind-to core -n 1 " + bin + args("more", "--threads 2"));
+  EXPECT_EQ(more.exit_code, 0) << more.err;
+  EXPECT_TRUE(contains(more.err,
+                       "train: rank 0 runs 2 threads on the 1 CPU mpirun bound it to; "
+                       "start it with --map-by slot:PE=2 (or --bind-to none)"))
+      << more.err;
 }
 
 }  // namespace
