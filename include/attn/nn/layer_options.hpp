@@ -16,12 +16,33 @@
 
 namespace attn {
 
-/// What a configuration field's value must satisfy, checked by detail::check_field.
-enum class FieldRule {
-  any,           // every value of the type
-  positive,      // > 0
-  non_negative,  // >= 0
-  probability,   // in [0, 1)
+/// The largest sizes a model file may describe: a size read from a file is hostile, and is
+/// checked against its bound before anything is allocated (train/model_file.hpp). Generous (the
+/// paper's big model has d_model 1024, d_ff 4096, 6 layers, a 37,000-token vocabulary), and small
+/// enough that sizes computed from them cannot overflow.
+struct ConfigLimits {
+  static constexpr Index kMaxVocab = Index(1) << 24;
+  static constexpr Index kMaxDModel = Index(1) << 16;
+  static constexpr Index kMaxDff = Index(1) << 20;
+  static constexpr Index kMaxLayers = 1024;
+  static constexpr Index kMaxPositions = Index(1) << 20;
+};
+
+/// What a configuration field's value must satisfy, checked by detail::check_field, and for a
+/// size, the largest value a model file may hold (file_max, 0: none).
+struct FieldRule {
+  enum Kind {
+    any,           // every value of the type
+    positive,      // > 0
+    non_negative,  // >= 0
+    probability,   // in [0, 1)
+  };
+  Kind kind;
+  Index file_max = 0;
+
+  constexpr FieldRule(Kind k, Index max = 0) : kind(k), file_max(max) {}  // NOLINT: implicit
+  /// A size: > 0, and at most `max` in a model file.
+  static constexpr FieldRule size(Index max) { return {positive, max}; }
 };
 
 namespace detail {
@@ -30,7 +51,7 @@ namespace detail {
 template <class V>
 void check_field(const char* name, const V& value, FieldRule rule) {
   if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {
-    switch (rule) {
+    switch (rule.kind) {
       case FieldRule::any:
         break;
       case FieldRule::positive:
@@ -117,9 +138,9 @@ struct LayerOptions : FieldList<LayerOptions> {
   friend struct FieldList<LayerOptions>;
   template <class Self, class F>
   static void visit(Self& o, F& f) {
-    f("d_model", o.d_model, FieldRule::positive);
-    f("heads", o.heads, FieldRule::positive);
-    f("d_ff", o.d_ff, FieldRule::positive);
+    f("d_model", o.d_model, FieldRule::size(ConfigLimits::kMaxDModel));
+    f("heads", o.heads, FieldRule::size(ConfigLimits::kMaxDModel));
+    f("d_ff", o.d_ff, FieldRule::size(ConfigLimits::kMaxDff));
     f("dropout", o.dropout, FieldRule::probability);
     f("attention_dropout", o.attention_dropout, FieldRule::probability);
     f("relu_dropout", o.relu_dropout, FieldRule::probability);

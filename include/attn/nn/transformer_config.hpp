@@ -100,15 +100,18 @@ struct TransformerConfig : LayerOptions, FieldList<TransformerConfig> {
   friend struct FieldList<TransformerConfig>;
   template <class Self, class F>
   static void visit(Self& c, F& f) {
-    f("src_vocab", c.src_vocab, FieldRule::positive);
-    f("tgt_vocab", c.tgt_vocab, FieldRule::positive);
+    constexpr FieldRule vocab = FieldRule::size(ConfigLimits::kMaxVocab);
+    constexpr FieldRule layers = FieldRule::size(ConfigLimits::kMaxLayers);
+    f("src_vocab", c.src_vocab, vocab);
+    f("tgt_vocab", c.tgt_vocab, vocab);
     f("share_embeddings", c.share_embeddings, FieldRule::any);
     f("tie_output", c.tie_output, FieldRule::any);
     LayerOptions::visit(c, f);
-    f("encoder_layers", c.encoder_layers, FieldRule::positive);
-    f("decoder_layers", c.decoder_layers, FieldRule::positive);
+    f("encoder_layers", c.encoder_layers, layers);
+    f("decoder_layers", c.decoder_layers, layers);
     f("learned_positions", c.learned_positions, FieldRule::any);
-    f("max_positions", c.max_positions, FieldRule::any);  // > 0 with learned positions
+    // > 0 with learned positions (validate)
+    f("max_positions", c.max_positions, FieldRule(FieldRule::any, ConfigLimits::kMaxPositions));
     f("pad_id", c.pad_id, FieldRule::non_negative);
     f("seed", c.seed, FieldRule::any);
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attn/nn/module.hpp"
@@ -17,37 +18,22 @@
 
 namespace attn {
 
-/// Upper bounds on a TransformerConfig read from a file; generous (the paper's big model has
-/// d_model 1024, d_ff 4096, 6 layers, a 37,000-token vocabulary), and small enough that sizes
-/// computed from them cannot overflow.
-struct ConfigLimits {
-  static constexpr Index kMaxVocab = Index(1) << 24;
-  static constexpr Index kMaxDModel = Index(1) << 16;
-  static constexpr Index kMaxDff = Index(1) << 20;
-  static constexpr Index kMaxLayers = 1024;
-  static constexpr Index kMaxPositions = Index(1) << 20;
-};
-
 /// A size of a TransformerConfig outside ConfigLimits: the field, its value and the bound.
 struct ConfigLimitBreach {
   const char* field;
   Index value, max;
 };
 
-/// The first size of `c` outside [0, its ConfigLimits bound], if any.
+/// The first size of `c` outside [0, its ConfigLimits bound] (FieldRule::file_max, in the order
+/// of the config's one list of fields), if any.
 inline std::optional<ConfigLimitBreach> config_limit_breach(const TransformerConfig& c) {
-  const ConfigLimitBreach fields[] = {
-      {"src_vocab", c.src_vocab, ConfigLimits::kMaxVocab},
-      {"tgt_vocab", c.tgt_vocab, ConfigLimits::kMaxVocab},
-      {"d_model", c.d_model, ConfigLimits::kMaxDModel},
-      {"heads", c.heads, ConfigLimits::kMaxDModel},
-      {"d_ff", c.d_ff, ConfigLimits::kMaxDff},
-      {"encoder_layers", c.encoder_layers, ConfigLimits::kMaxLayers},
-      {"decoder_layers", c.decoder_layers, ConfigLimits::kMaxLayers},
-      {"max_positions", c.max_positions, ConfigLimits::kMaxPositions}};
-  for (const auto& f : fields)
-    if (f.value < 0 || f.value > f.max) return f;
-  return std::nullopt;
+  std::optional<ConfigLimitBreach> breach;
+  c.visit_fields([&](const char* name, const auto& value, FieldRule rule) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, Index>)
+      if (!breach && rule.file_max > 0 && (value < 0 || value > rule.file_max))
+        breach = ConfigLimitBreach{name, value, rule.file_max};
+  });
+  return breach;
 }
 
 /// FormatError naming `file` and the field unless every size of `c` is within ConfigLimits.
