@@ -23,35 +23,31 @@ namespace attn_bench {
 inline constexpr int kFmaChains = 16;      // zmm chains
 inline constexpr int kFmaChainsAvx2 = 12;  // ymm chains
 
-__attribute__((target("avx512f"))) inline float fma_chains_avx512(long iters, float x, float y) {
-  __m512 acc[kFmaChains];
-  for (int i = 0; i < kFmaChains; ++i) acc[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
-  const __m512 vx = _mm512_set1_ps(x), vy = _mm512_set1_ps(y);
-  for (long n = 0; n < iters; ++n) {
-#pragma GCC unroll 16
-    for (int i = 0; i < kFmaChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], vx, vy);
+// The probe's loop, written once and stamped per instruction set by this macro (a template could
+// not take a target attribute per instantiation, and GCC will not inline an intrinsic into a
+// function without its target): `mm` is the intrinsics' prefix (_mm512, _mm256), `V` their vector
+// type. The chains are summed only so that they are used.
+#define ATTN_BENCH_FMA_CHAINS(name, isa, V, mm, chains)                                     \
+  __attribute__((target(isa))) inline float name(long iters, float x, float y) {            \
+    V acc[chains];                                                                          \
+    for (int i = 0; i < chains; ++i) acc[i] = mm##_set1_ps(0.001f * static_cast<float>(i)); \
+    const V vx = mm##_set1_ps(x), vy = mm##_set1_ps(y);                                     \
+    for (long n = 0; n < iters; ++n) {                                                      \
+      _Pragma("GCC unroll 16") for (int i = 0; i < chains; ++i) {                           \
+        acc[i] = mm##_fmadd_ps(acc[i], vx, vy);                                             \
+      }                                                                                     \
+    }                                                                                       \
+    V sum = acc[0];                                                                         \
+    for (int i = 1; i < chains; ++i) sum = mm##_add_ps(sum, acc[i]);                        \
+    float lanes[sizeof(V) / sizeof(float)];                                                 \
+    mm##_storeu_ps(lanes, sum);                                                             \
+    float total = 0;                                                                        \
+    for (float v : lanes) total += v;                                                       \
+    return total;                                                                           \
   }
-  __m512 sum = acc[0];
-  for (int i = 1; i < kFmaChains; ++i) sum = _mm512_add_ps(sum, acc[i]);
-  return _mm512_reduce_add_ps(sum);
-}
-
-__attribute__((target("avx2,fma"))) inline float fma_chains_avx2(long iters, float x, float y) {
-  __m256 acc[kFmaChainsAvx2];
-  for (int i = 0; i < kFmaChainsAvx2; ++i) acc[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
-  const __m256 vx = _mm256_set1_ps(x), vy = _mm256_set1_ps(y);
-  for (long n = 0; n < iters; ++n) {
-#pragma GCC unroll 12
-    for (int i = 0; i < kFmaChainsAvx2; ++i) acc[i] = _mm256_fmadd_ps(acc[i], vx, vy);
-  }
-  __m256 sum = acc[0];
-  for (int i = 1; i < kFmaChainsAvx2; ++i) sum = _mm256_add_ps(sum, acc[i]);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, sum);
-  float total = 0;
-  for (float v : lanes) total += v;
-  return total;
-}
+ATTN_BENCH_FMA_CHAINS(fma_chains_avx512, "avx512f", __m512, _mm512, kFmaChains)
+ATTN_BENCH_FMA_CHAINS(fma_chains_avx2, "avx2,fma", __m256, _mm256, kFmaChainsAvx2)
+#undef ATTN_BENCH_FMA_CHAINS
 
 /// Floats per vector register of the probe that runs here (16, 8, or 0: no FMA probe).
 inline int fma_probe_lanes() {

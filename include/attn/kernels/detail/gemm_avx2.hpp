@@ -33,6 +33,11 @@ inline constexpr Index kNC = 1024;  // columns of C per task at most
 // x 2048 and 2048 x 512 x 512 on 1 and 2 threads), and deeper ones 1-3% (fewer readbacks of C):
 // five alternating pairs each, Zen 3. 128 and 192 lost 2-4%.
 inline constexpr Index kKC = 512;
+// A with contiguous columns (dy^T, a weight gradient) is packed: read in place, a panel's 6
+// numbers per step of k sit a row of dy apart, and its 256 cache lines with the 16 KiB B panel
+// of a 256-deep block filled the 32 KiB L1 (A^T B ran at 0.67-0.79x OpenBLAS, A B at
+// 1.04-1.24x; measured before blocks were 512 deep, which makes the B panel 32 KiB).
+inline constexpr bool kPackColumnsOfA = true;
 
 /// c[MR, nc] (nc <= kNR, row stride ldc) = (from_zero ? 0 : c) + a_panel b_panel over kc steps,
 /// then the epilogue when `last`: avx512::micro_tile's contract and order with 8-lane vectors.
@@ -110,30 +115,8 @@ ATTN_TARGET_AVX2 void micro_tile(Index kc, const APanel& a, const float* b, floa
   }
 }
 
-/// The micro-kernel for `rows` (1..kMR) rows of A laid out as `L`.
-template <ALayout L>
-ATTN_TARGET_AVX2 inline void micro_tile_rows(int rows, Index kc, const APanel& a, const float* b,
-                                             float* c, Index ldc, Index nc, bool from_zero,
-                                             bool last, const GemmEpilogue& epi, Index row0,
-                                             Index col0) {
-  switch (rows) {
-#define ATTN_GEMM_ROWS(R) \
-  case R:                 \
-    return micro_tile<R, L>(kc, a, b, c, ldc, nc, from_zero, last, epi, row0, col0);
-    ATTN_GEMM_ROWS(6);
-    ATTN_GEMM_ROWS(5);
-    ATTN_GEMM_ROWS(4);
-    ATTN_GEMM_ROWS(3);
-    ATTN_GEMM_ROWS(2);
-    ATTN_GEMM_ROWS(1);
-#undef ATTN_GEMM_ROWS
-    default:
-      return;
-  }
-}
-
 /// Packs A[i0 : i0+mc, k0 : k0+kc] as panels of kMR rows, each kc x kMR (k-major): A with
-/// contiguous columns (Avx2Isa::kPackColumnsOfA), or with neither rows nor columns contiguous.
+/// contiguous columns (kPackColumnsOfA), or with neither rows nor columns contiguous.
 /// Rows past mc in the last panel are left unset: the edge kernel never reads them. With
 /// contiguous columns the full panels are filled kPackSteps steps of k at a time, all panels in
 /// turn (six numbers per panel and step, as four and two), so each of A's columns is read once
@@ -172,36 +155,11 @@ ATTN_TARGET_AVX2 inline void pack_a(const StridedMatrix<const float>& a, Index i
   }
 }
 
-/// sums[i0 + i] += A[i0 + i, k0 : k0 + kc] one number at a time, k ascending, for i < rows (the
-/// order of avx512::add_row_sums): for A's columns contiguous 32 rows at a time in four
-/// registers, else a row at a time.
-ATTN_TARGET_AVX2 inline void add_row_sums(const StridedMatrix<const float>& a, Index i0, Index rows,
-                                          Index k0, Index kc, float* sums) {
-  if (a.row_stride == 1) {
-    constexpr int kVectors = 4;
-    for (Index r = 0; r < rows; r += 8 * kVectors) {
-      __m256i m[kVectors];
-      __m256 acc[kVectors];
-      for (int v = 0; v < kVectors; ++v) {
-        m[v] = lane_mask(rows - r - 8 * v);
-        acc[v] = _mm256_maskload_ps(sums + i0 + r + 8 * v, m[v]);
-      }
-      for (Index k = 0; k < kc; ++k) {
-        const float* col = &a(i0 + r, k0 + k);
-#pragma GCC unroll 4
-        for (int v = 0; v < kVectors; ++v)
-          acc[v] = _mm256_add_ps(acc[v], _mm256_maskload_ps(col + 8 * v, m[v]));
-      }
-      for (int v = 0; v < kVectors; ++v) _mm256_maskstore_ps(sums + i0 + r + 8 * v, m[v], acc[v]);
-    }
-    return;
-  }
-  for (Index i = 0; i < rows; ++i) {
-    float s = sums[i0 + i];
-    for (Index k = 0; k < kc; ++k) s += a(i0 + i, k0 + k);
-    sums[i0 + i] = s;
-  }
-}
+// Registers of rows per step of add_row_sums (gemm_row_sums.inc): 32 rows in four.
+inline constexpr int kRowSumVectors = 4;
+#define ATTN_ISA_TARGET ATTN_TARGET_AVX2
+#include "attn/kernels/detail/gemm_row_sums.inc"  // add_row_sums
+#undef ATTN_ISA_TARGET
 
 /// dst[i * dst_ld + r] = src[r * ld + i] for r, i < 8: an 8 x 8 block transposed in registers.
 ATTN_TARGET_AVX2 inline void transpose_8x8(const float* src, Index ld, float* dst, Index dst_ld) {
@@ -272,36 +230,7 @@ ATTN_TARGET_AVX2 void pack_b_panels(const StridedMatrix<const float>& b, Index k
 }  // namespace avx2
 
 /// The AVX2 kernel as gemm_packed.hpp's driver takes it.
-struct Avx2Isa {
-  static constexpr int kMR = avx2::kMR, kNR = avx2::kNR;
-  static constexpr Index kMC = avx2::kMC, kNC = avx2::kNC, kKC = avx2::kKC;
-  static constexpr const char* kName = "avx2";
-  // A with contiguous columns (dy^T, a weight gradient) is packed: read in place, a panel's 6
-  // numbers per step of k sit a row of dy apart, and its 256 cache lines with the 16 KiB B panel
-  // of a 256-deep block filled the 32 KiB L1 (A^T B ran at 0.67-0.79x OpenBLAS, A B at
-  // 1.04-1.24x; measured before blocks were 512 deep, which makes the B panel 32 KiB).
-  static constexpr bool kPackColumnsOfA = true;
-
-  template <ALayout L>
-  ATTN_TARGET_AVX2 static void tile(int rows, Index kc, const APanel& a, const float* b, float* c,
-                                    Index ldc, Index nc, bool from_zero, bool last,
-                                    const GemmEpilogue& epi, Index row0, Index col0) {
-    avx2::micro_tile_rows<L>(rows, kc, a, b, c, ldc, nc, from_zero, last, epi, row0, col0);
-  }
-  template <ALayout L>
-  ATTN_TARGET_AVX2 static void block_depth(const StridedMatrix<const float>& a,
-                                           const PackedB<kNR>& b, const CTarget<kNR>& c, Index N,
-                                           const CBlock& blk, Index k0, Index kc, bool from_zero,
-                                           bool last, const GemmEpilogue& epi,
-                                           const float* packed_a) {
-    tiles_of_depth_block<Avx2Isa, L>(a, b, c, N, blk, k0, kc, from_zero, last, epi, packed_a);
-  }
-  // The packing and the row sums, called once per panel or block (not per tile).
-  static constexpr auto pack_a = &avx2::pack_a;
-  static constexpr auto add_row_sums = &avx2::add_row_sums;
-  static constexpr auto pack_b_panel = &avx2::pack_b_panel;
-  static constexpr auto pack_b_panels = &avx2::pack_b_panels<kNR>;
-};
+ATTN_GEMM_ISA(Avx2Isa, avx2, ATTN_TARGET_AVX2);
 
 }  // namespace attn::kernels::detail
 

@@ -45,6 +45,7 @@ inline constexpr int kNR = 32;      // columns of the register tile: two zmm vec
 inline constexpr Index kMC = 96;    // rows of A per thread's block (8 panels, 96 KiB packed: L2)
 inline constexpr Index kNC = 1024;  // columns of C per task at most (B block kKC x kNC: 1 MiB)
 inline constexpr Index kKC = 256;   // depth of a packed block (but see depth_block)
+inline constexpr bool kPackColumnsOfA = false;  // dy^T read in place (12 floats per step of k)
 
 /// c[MR, nc] (nc <= kNR, row stride ldc) = (from_zero ? 0 : c) + a_panel b_panel over kc steps,
 /// then the epilogue when `last`. a: MR rows as `L` says, b: kc x kNR (k-major, zero beyond nc).
@@ -109,35 +110,6 @@ ATTN_TARGET_AVX512 void micro_tile(Index kc, const APanel& a, const float* b, fl
   for (int i = 0; i < MR; ++i) {
     _mm512_mask_storeu_ps(c + i * ldc, m0, acc0[i]);
     _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc1[i]);
-  }
-}
-
-/// The micro-kernel for `rows` (1..kMR) rows of A laid out as `L`: one instantiation per edge
-/// height.
-template <ALayout L>
-ATTN_TARGET_AVX512 inline void micro_tile_rows(int rows, Index kc, const APanel& a, const float* b,
-                                               float* c, Index ldc, Index nc, bool from_zero,
-                                               bool last, const GemmEpilogue& epi, Index row0,
-                                               Index col0) {
-  switch (rows) {
-#define ATTN_GEMM_ROWS(R) \
-  case R:                 \
-    return micro_tile<R, L>(kc, a, b, c, ldc, nc, from_zero, last, epi, row0, col0);
-    ATTN_GEMM_ROWS(12);
-    ATTN_GEMM_ROWS(11);
-    ATTN_GEMM_ROWS(10);
-    ATTN_GEMM_ROWS(9);
-    ATTN_GEMM_ROWS(8);
-    ATTN_GEMM_ROWS(7);
-    ATTN_GEMM_ROWS(6);
-    ATTN_GEMM_ROWS(5);
-    ATTN_GEMM_ROWS(4);
-    ATTN_GEMM_ROWS(3);
-    ATTN_GEMM_ROWS(2);
-    ATTN_GEMM_ROWS(1);
-#undef ATTN_GEMM_ROWS
-    default:
-      return;
   }
 }
 
@@ -256,37 +228,12 @@ ATTN_TARGET_AVX512 inline void pack_a(const StridedMatrix<const float>& a, Index
   }
 }
 
-/// sums[i0 + i] += A[i0 + i, k0 : k0 + kc] one number at a time, k ascending, for i < rows: for
-/// A's columns contiguous (A = dy^T) 96 rows at a time in six registers (six chains of adds in
-/// flight), else a row at a time.
-ATTN_TARGET_AVX512 inline void add_row_sums(const StridedMatrix<const float>& a, Index i0,
-                                            Index rows, Index k0, Index kc, float* sums) {
-  if (a.row_stride == 1) {
-    constexpr int kVectors = 6;
-    for (Index r = 0; r < rows; r += 16 * kVectors) {
-      __mmask16 m[kVectors];
-      __m512 acc[kVectors];
-      for (int v = 0; v < kVectors; ++v) {
-        m[v] = lane_mask(rows - r - 16 * v);
-        acc[v] = _mm512_maskz_loadu_ps(m[v], sums + i0 + r + 16 * v);
-      }
-      for (Index k = 0; k < kc; ++k) {
-        const float* col = &a(i0 + r, k0 + k);
-#pragma GCC unroll 6
-        for (int v = 0; v < kVectors; ++v)
-          acc[v] = _mm512_add_ps(acc[v], _mm512_maskz_loadu_ps(m[v], col + 16 * v));
-      }
-      for (int v = 0; v < kVectors; ++v)
-        _mm512_mask_storeu_ps(sums + i0 + r + 16 * v, m[v], acc[v]);
-    }
-    return;
-  }
-  for (Index i = 0; i < rows; ++i) {
-    float s = sums[i0 + i];
-    for (Index k = 0; k < kc; ++k) s += a(i0 + i, k0 + k);
-    sums[i0 + i] = s;
-  }
-}
+// Registers of rows per step of add_row_sums (gemm_row_sums.inc): 96 rows in six, six chains of
+// adds in flight.
+inline constexpr int kRowSumVectors = 6;
+#define ATTN_ISA_TARGET ATTN_TARGET_AVX512
+#include "attn/kernels/detail/gemm_row_sums.inc"  // add_row_sums
+#undef ATTN_ISA_TARGET
 
 /// Packs panel q (columns q*kNR ...) of B[k0 : k0+kc, :] as kc x kNR (k-major), zero past the last
 /// column so the kernel's full-width FMAs add nothing there; for B whose rows are not contiguous
@@ -305,35 +252,13 @@ ATTN_TARGET_AVX512 inline void pack_b_panel(const StridedMatrix<const float>& b,
     for (Index k = 0; k < kc; ++k) dst[k * kNR + j] = b(k0 + k, j0 + j);
 }
 
+// B with contiguous rows is packed by the AVX2 kernel's loop: it moves memory, 8-lane moves serve.
+using avx2::pack_b_panels;
+
 }  // namespace avx512
 
 /// The AVX-512 kernel as gemm_packed.hpp's driver takes it.
-struct Avx512Isa {
-  static constexpr int kMR = avx512::kMR, kNR = avx512::kNR;
-  static constexpr Index kMC = avx512::kMC, kNC = avx512::kNC, kKC = avx512::kKC;
-  static constexpr const char* kName = "avx512";
-  static constexpr bool kPackColumnsOfA = false;  // dy^T read in place (12 floats per step of k)
-
-  template <ALayout L>
-  ATTN_TARGET_AVX512 static void tile(int rows, Index kc, const APanel& a, const float* b, float* c,
-                                      Index ldc, Index nc, bool from_zero, bool last,
-                                      const GemmEpilogue& epi, Index row0, Index col0) {
-    avx512::micro_tile_rows<L>(rows, kc, a, b, c, ldc, nc, from_zero, last, epi, row0, col0);
-  }
-  template <ALayout L>
-  ATTN_TARGET_AVX512 static void block_depth(const StridedMatrix<const float>& a,
-                                             const PackedB<kNR>& b, const CTarget<kNR>& c, Index N,
-                                             const CBlock& blk, Index k0, Index kc, bool from_zero,
-                                             bool last, const GemmEpilogue& epi,
-                                             const float* packed_a) {
-    tiles_of_depth_block<Avx512Isa, L>(a, b, c, N, blk, k0, kc, from_zero, last, epi, packed_a);
-  }
-  // The packing and the row sums, called once per panel or block (not per tile).
-  static constexpr auto pack_a = &avx512::pack_a;
-  static constexpr auto add_row_sums = &avx512::add_row_sums;
-  static constexpr auto pack_b_panel = &avx512::pack_b_panel;
-  static constexpr auto pack_b_panels = &avx2::pack_b_panels<kNR>;  // memory-bound: one loop
-};
+ATTN_GEMM_ISA(Avx512Isa, avx512, ATTN_TARGET_AVX512);
 
 }  // namespace attn::kernels::detail
 

@@ -15,6 +15,8 @@
 
 namespace attn::kernels::detail {
 
+namespace avx512 {
+
 /// Columns [j0, j1) of C when B's rows are contiguous (dy W, x B): each row of C is a sum of rows
 /// of B scaled by A's numbers, 64 columns at a time in 4 registers, k ascending.
 ATTN_TARGET_AVX512 inline void small_rows_axpy(const StridedMatrix<const float>& a,
@@ -80,36 +82,11 @@ ATTN_TARGET_AVX512 inline void small_rows_dot_block(const StridedMatrix<const fl
     }
 }
 
-/// Rows [i0, c.rows) x columns [j0, j1) of C one element at a time (the 1-3 rows left over by the
-/// blocks of 4, and all of a 1-row product, where it streams each weight row once and measured
-/// faster than a block): a dot product of a row of A with a row of W, 32 lanes of k at a time in
-/// two accumulators, then reduced.
-ATTN_TARGET_AVX512 inline void small_rows_dot_single(const StridedMatrix<const float>& a,
-                                                     const StridedMatrix<const float>& b,
-                                                     StridedMatrix<float> c, Index i0, Index j0,
-                                                     Index j1, bool accumulate,
-                                                     const GemmEpilogue& epi) {
-  const Index K = a.cols;
-  for (Index j = j0; j < j1; ++j) {
-    const float* wj = &b(0, j);  // column j of B, contiguous over k
-    for (Index i = i0; i < c.rows; ++i) {
-      const float* ai = &a(i, 0);
-      __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-      Index k = 0;
-      for (; k + 32 <= K; k += 32) {
-        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(ai + k), _mm512_loadu_ps(wj + k), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(ai + k + 16), _mm512_loadu_ps(wj + k + 16), acc1);
-      }
-      for (; k < K; k += 16) {
-        const __mmask16 m = lane_mask(K - k);
-        acc0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, ai + k), _mm512_maskz_loadu_ps(m, wj + k),
-                               acc0);
-      }
-      const float sum = lane_sum(_mm512_add_ps(acc0, acc1));
-      c(i, j) = finish(accumulate ? c(i, j) : 0.0f, sum, epi, j);
-    }
-  }
-}
+#define ATTN_ISA_TARGET ATTN_TARGET_AVX512
+#include "attn/kernels/detail/small_rows_dot_single.inc"  // small_rows_dot_single
+#undef ATTN_ISA_TARGET
+
+}  // namespace avx512
 
 /// Columns [j0, j1) of C when B's columns are contiguous (x W^T, the Linear forward): the rows
 /// that fill blocks of 4 by `block`, kRows x kCols dot products at a time (AVX-512: 4 x 4, each
@@ -144,10 +121,10 @@ inline bool gemm_small_rows(const StridedMatrix<const float>& a,
     const Index j0 = std::min(N, grains * part / parts * grain);
     const Index j1 = std::min(N, grains * (part + 1) / parts * grain);
     if (axpy)
-      (avx512 ? small_rows_axpy : avx2::small_rows_axpy)(a, b, c, j0, j1, accumulate, epi);
+      (avx512 ? avx512::small_rows_axpy : avx2::small_rows_axpy)(a, b, c, j0, j1, accumulate, epi);
     else if (avx512)
-      small_rows_dot<4, 4>(a, b, c, j0, j1, accumulate, epi, small_rows_dot_block,
-                           small_rows_dot_single);
+      small_rows_dot<4, 4>(a, b, c, j0, j1, accumulate, epi, avx512::small_rows_dot_block,
+                           avx512::small_rows_dot_single);
     else
       small_rows_dot<2, 2>(a, b, c, j0, j1, accumulate, epi, avx2::small_rows_dot_block,
                            avx2::small_rows_dot_single);

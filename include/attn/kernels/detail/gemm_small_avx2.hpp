@@ -1,9 +1,10 @@
 // gemm_small.hpp's few-row kernels for CPUs with AVX2 and FMA but no AVX-512: each is its AVX-512
 // twin lane for lane (a 16-lane vector as two ymm halves, the dot products folded by lane_fold16 in
-// lane_sum's order), so both give the same bits. Before these, the AVX2 path packed B even for one
-// row: batch-1 greedy decoding spent about a fifth of its time packing each weight and faulting
-// in the pages of its packed copy, once per call. `finish` and kSmallChunk, which both ISAs'
-// kernels use, are defined here, the first of the two headers gemm_small.hpp includes.
+// lane_sum's order), so both give the same bits; small_rows_dot_single is one body for both ISAs
+// (small_rows_dot_single.inc). Before these, the AVX2 path packed B even for one row: batch-1
+// greedy decoding spent about a fifth of its time packing each weight and faulting in the pages
+// of its packed copy, once per call. `finish` and kSmallChunk, which both ISAs' kernels use, are
+// defined here, the first of the two headers gemm_small.hpp includes.
 #pragma once
 
 #include "attn/kernels/detail/avx2.hpp"
@@ -55,19 +56,6 @@ ATTN_TARGET_AVX2 inline void small_rows_axpy(const StridedMatrix<const float>& a
   }
 }
 
-/// 16 lanes of k from p (zeros past `lanes`), as two halves.
-struct Lanes16 {
-  __m256 lo, hi;
-};
-ATTN_TARGET_AVX2 __attribute__((always_inline)) inline Lanes16 load16(const float* p, Index lanes) {
-  return {load8(p, lanes), load8(p + 8, lanes - 8)};
-}
-ATTN_TARGET_AVX2 __attribute__((always_inline)) inline void fma16(const Lanes16& x,
-                                                                  const Lanes16& y, Lanes16& acc) {
-  acc.lo = _mm256_fmadd_ps(x.lo, y.lo, acc.lo);
-  acc.hi = _mm256_fmadd_ps(x.hi, y.hi, acc.hi);
-}
-
 /// One step of 16 lanes of k (`lanes` of them real) of small_rows_dot_block's two rows by two
 /// columns. Inlined with lanes = 16 in the loop, so that its loads are plain ones there.
 ATTN_TARGET_AVX2 __attribute__((always_inline)) inline void dot_block_step(
@@ -113,31 +101,9 @@ ATTN_TARGET_AVX2 inline void small_rows_dot_block(const StridedMatrix<const floa
     }
 }
 
-/// avx512 small_rows_dot_single: rows [i0, c.rows) x columns [j0, j1) one element at a time, 32
-/// lanes of k at a time in two 16-lane accumulators, then their sum folded.
-ATTN_TARGET_AVX2 inline void small_rows_dot_single(const StridedMatrix<const float>& a,
-                                                   const StridedMatrix<const float>& b,
-                                                   StridedMatrix<float> c, Index i0, Index j0,
-                                                   Index j1, bool accumulate,
-                                                   const GemmEpilogue& epi) {
-  const Index K = a.cols;
-  for (Index j = j0; j < j1; ++j) {
-    const float* wj = &b(0, j);  // column j of B, contiguous over k
-    for (Index i = i0; i < c.rows; ++i) {
-      const float* ai = &a(i, 0);
-      Lanes16 acc0{_mm256_setzero_ps(), _mm256_setzero_ps()}, acc1 = acc0;
-      Index k = 0;
-      for (; k + 32 <= K; k += 32) {
-        fma16(load16(ai + k, 16), load16(wj + k, 16), acc0);
-        fma16(load16(ai + k + 16, 16), load16(wj + k + 16, 16), acc1);
-      }
-      for (; k < K; k += 16) fma16(load16(ai + k, K - k), load16(wj + k, K - k), acc0);
-      const float sum =
-          lane_fold16(_mm256_add_ps(acc0.lo, acc1.lo), _mm256_add_ps(acc0.hi, acc1.hi), LaneAdd{});
-      c(i, j) = finish(accumulate ? c(i, j) : 0.0f, sum, epi, j);
-    }
-  }
-}
+#define ATTN_ISA_TARGET ATTN_TARGET_AVX2
+#include "attn/kernels/detail/small_rows_dot_single.inc"  // small_rows_dot_single
+#undef ATTN_ISA_TARGET
 
 }  // namespace avx2
 }  // namespace attn::kernels::detail

@@ -1,6 +1,7 @@
 // What attn's own GEMM kernels share, whatever their instruction set (gemm_avx512.hpp: a 12 x 32
 // tile in zmm registers; gemm_avx2.hpp: 6 x 16 in ymm): the epilogue, how a tile reads A, the
-// depth of the packed blocks, the packed panels of B, and the loop of tiles over one depth block.
+// depth of the packed blocks, the packed panels of B, the loop of tiles over one depth block, and
+// the struct by which the driver takes a kernel (ATTN_GEMM_ISA).
 //
 // Every kernel sums each element of C in the same order (k ascending within a depth block, blocks
 // ascending, one FMA chain from 0 or from C) and applies the same epilogue, so the two kernels
@@ -141,3 +142,59 @@ __attribute__((always_inline)) inline void tiles_of_depth_block(
 }
 
 }  // namespace attn::kernels::detail
+
+/// Defines struct `Name`: the kernel of namespace `ns` as gemm_packed.hpp's driver takes it. `ns`
+/// holds the kernel's sizes (kMR, kNR, kMC, kNC, kKC), kPackColumnsOfA, micro_tile<MR, L>, pack_a,
+/// add_row_sums, pack_b_panel and pack_b_panels<NR>; `target` is its target attribute, which
+/// tile and block_depth carry so that the micro-kernel inlines into the loop of tiles. A macro:
+/// a template over the kernel could not take its target attribute from a parameter (avx2.hpp).
+/// tile runs the micro-kernel for `rows` (1..kMR) rows of A laid out as L, one instantiation per
+/// edge height; the packing and the row sums are called once per panel or block, not per tile.
+#define ATTN_GEMM_ISA(Name, ns, target)                                                          \
+  struct Name {                                                                                  \
+    static constexpr int kMR = ns::kMR, kNR = ns::kNR;                                           \
+    static constexpr Index kMC = ns::kMC, kNC = ns::kNC, kKC = ns::kKC;                          \
+    static constexpr const char* kName = #ns;                                                    \
+    static constexpr bool kPackColumnsOfA = ns::kPackColumnsOfA;                                 \
+                                                                                                 \
+    template <ALayout L>                                                                         \
+    target static void tile(int rows, Index kc, const APanel& a, const float* b, float* c,       \
+                            Index ldc, Index nc, bool from_zero, bool last,                      \
+                            const GemmEpilogue& epi, Index row0, Index col0) {                   \
+      static_assert(kMR <= 12, "a case per tile height below");                                  \
+      switch (rows) {                                                                            \
+        ATTN_GEMM_TILE_ROWS(ns, 12);                                                             \
+        ATTN_GEMM_TILE_ROWS(ns, 11);                                                             \
+        ATTN_GEMM_TILE_ROWS(ns, 10);                                                             \
+        ATTN_GEMM_TILE_ROWS(ns, 9);                                                              \
+        ATTN_GEMM_TILE_ROWS(ns, 8);                                                              \
+        ATTN_GEMM_TILE_ROWS(ns, 7);                                                              \
+        ATTN_GEMM_TILE_ROWS(ns, 6);                                                              \
+        ATTN_GEMM_TILE_ROWS(ns, 5);                                                              \
+        ATTN_GEMM_TILE_ROWS(ns, 4);                                                              \
+        ATTN_GEMM_TILE_ROWS(ns, 3);                                                              \
+        ATTN_GEMM_TILE_ROWS(ns, 2);                                                              \
+        ATTN_GEMM_TILE_ROWS(ns, 1);                                                              \
+        default:                                                                                 \
+          return;                                                                                \
+      }                                                                                          \
+    }                                                                                            \
+    template <ALayout L>                                                                         \
+    target static void block_depth(const StridedMatrix<const float>& a, const PackedB<kNR>& b,   \
+                                   const CTarget<kNR>& c, Index N, const CBlock& blk, Index k0,  \
+                                   Index kc, bool from_zero, bool last, const GemmEpilogue& epi, \
+                                   const float* packed_a) {                                      \
+      tiles_of_depth_block<Name, L>(a, b, c, N, blk, k0, kc, from_zero, last, epi, packed_a);    \
+    }                                                                                            \
+    static constexpr auto pack_a = &ns::pack_a;                                                  \
+    static constexpr auto add_row_sums = &ns::add_row_sums;                                      \
+    static constexpr auto pack_b_panel = &ns::pack_b_panel;                                      \
+    static constexpr auto pack_b_panels = &ns::pack_b_panels<kNR>;                               \
+  }
+
+/// ATTN_GEMM_ISA's case for tiles of R rows (none where R > kMR).
+#define ATTN_GEMM_TILE_ROWS(ns, R)                                                         \
+  case R:                                                                                  \
+    if constexpr (R <= kMR)                                                                \
+      return ns::micro_tile<R, L>(kc, a, b, c, ldc, nc, from_zero, last, epi, row0, col0); \
+    return

@@ -4,10 +4,11 @@
 //
 // The same bits as the AVX-512 rows: each pass takes the row sixteen keys at a time, as two
 // halves of eight, so every lane of the running sum holds the keys of the AVX-512 kernel's lane and
-// lane_fold16 adds them up in its order; exp8 is exp16 step for step, and where exp16 scales by
-// 2^n with vscalefps (one rounding, for denormal results too) exp8 multiplies by 2^(n/2) and then
-// by 2^(n - n/2): both factors are normal floats and the first product is exact, so the one
-// rounding is the same. Same contract as softmax_row_forward (kernels/softmax.hpp).
+// lane_fold16 adds them up in its order; the exp is the AVX-512 one, one body (exp_lanes.inc),
+// and where the AVX-512 exp scales by 2^n with vscalefps (one rounding, for denormal results too)
+// this one multiplies by 2^(n/2) and then by 2^(n - n/2): both factors are normal floats and the
+// first product is exact, so the one rounding is the same. Same contract as softmax_row_forward
+// (kernels/softmax.hpp).
 #pragma once
 
 #include "attn/kernels/detail/avx2.hpp"
@@ -30,26 +31,13 @@ ATTN_TARGET_AVX2 inline __m256 scale_by_power_of_two(__m256 p, __m256 n) {
   return _mm256_mul_ps(_mm256_mul_ps(p, f1), f2);
 }
 
-/// exp of 8 floats: exp16 (softmax_avx512.hpp) lane for lane, with the same clamps, polynomial
-/// and NaN behaviour.
-ATTN_TARGET_AVX2 inline __m256 exp8(__m256 x) {
-  namespace c = expf_cephes;
-  x = _mm256_max_ps(_mm256_set1_ps(c::kMinArgument), x);
-  x = _mm256_min_ps(_mm256_set1_ps(c::kMaxArgument), x);
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(c::kLog2e)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(c::kLn2Hi), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(c::kLn2Lo), r);
-  __m256 p = _mm256_set1_ps(c::kPoly[0]);
-#pragma GCC unroll 8
-  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c::kPoly[i]));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  return scale_by_power_of_two(p, n);
-}
+#define ATTN_ISA_TARGET ATTN_TARGET_AVX2
+#include "attn/kernels/detail/exp_lanes.inc"  // exp_lanes
+#undef ATTN_ISA_TARGET
 
-/// exp8, then 0 for results below the smallest normal float.
+/// exp of 8 floats (exp_lanes), then 0 for results below the smallest normal float.
 ATTN_TARGET_AVX2 inline __m256 exp8_flushed(__m256 x) {
-  const __m256 e = exp8(x);
+  const __m256 e = exp_lanes(x);
   const __m256 tiny =
       _mm256_cmp_ps(e, _mm256_set1_ps(std::numeric_limits<float>::min()), _CMP_LT_OQ);
   return _mm256_andnot_ps(tiny, e);

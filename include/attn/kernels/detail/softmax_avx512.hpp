@@ -5,8 +5,9 @@
 //
 // Same contract as softmax_row_forward: -infinity marks a blocked key and gives exactly 0, a row
 // whose keys are all blocked gives zeros and log-sum-exp +infinity, exp results below the smallest
-// normal float are flushed to 0, and a NaN logit stays NaN. exp16 is within 2 ulp of expf, so
-// results differ from the Eigen path by rounding only (tests/test_attention_kernels.cpp).
+// normal float are flushed to 0, and a NaN logit stays NaN. The exp (exp_lanes.inc, the AVX2
+// rows' too) is within 2 ulp of expf, so results differ from the Eigen path by rounding only
+// (tests/test_attention_kernels.cpp).
 #pragma once
 
 #include "attn/kernels/detail/avx512.hpp"
@@ -19,28 +20,22 @@
 
 namespace attn::kernels::detail {
 
-/// exp of 16 floats: x = n ln2 + r with |r| <= ln2 / 2, exp(r) by Cephes' degree-7 expf
-/// polynomial, times 2^n by vscalefps. Arguments below -104 give 0 or a denormal (flushed by the
-/// callers), above 88.72 about the largest float (softmax passes only x - max <= 0); NaN stays NaN
-/// (max/min return their second operand on NaN).
-ATTN_TARGET_AVX512 inline __m512 exp16(__m512 x) {
-  namespace c = expf_cephes;
-  x = _mm512_maskz_max_ps(0xFFFF, _mm512_set1_ps(c::kMinArgument), x);
-  x = _mm512_maskz_min_ps(0xFFFF, _mm512_set1_ps(c::kMaxArgument), x);
-  const __m512 n = _mm512_maskz_roundscale_ps(0xFFFF, _mm512_mul_ps(x, _mm512_set1_ps(c::kLog2e)),
-                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(c::kLn2Hi), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(c::kLn2Lo), r);
-  __m512 p = _mm512_set1_ps(c::kPoly[0]);
-#pragma GCC unroll 8
-  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c::kPoly[i]));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+namespace avx512 {
+
+/// p 2^n for integer-valued n, rounded once: vscalefps.
+ATTN_TARGET_AVX512 inline __m512 scale_by_power_of_two(__m512 p, __m512 n) {
   return _mm512_maskz_scalef_ps(0xFFFF, p, n);
 }
 
-/// exp16, then 0 for results below the smallest normal float.
+#define ATTN_ISA_TARGET ATTN_TARGET_AVX512
+#include "attn/kernels/detail/exp_lanes.inc"  // exp_lanes
+#undef ATTN_ISA_TARGET
+
+}  // namespace avx512
+
+/// exp of 16 floats (exp_lanes), then 0 for results below the smallest normal float.
 ATTN_TARGET_AVX512 inline __m512 exp16_flushed(__m512 x) {
-  const __m512 e = exp16(x);
+  const __m512 e = avx512::exp_lanes(x);
   const __mmask16 tiny =
       _mm512_cmp_ps_mask(e, _mm512_set1_ps(std::numeric_limits<float>::min()), _CMP_LT_OQ);
   return _mm512_mask_mov_ps(e, tiny, _mm512_setzero_ps());
