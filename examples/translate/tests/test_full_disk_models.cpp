@@ -15,8 +15,6 @@
 #include "full_disk.hpp"
 #include "translate_fixture.hpp"
 
-namespace tr = attn::translate;
-namespace fs = std::filesystem;
 using namespace attn::translate::testing;
 
 namespace {

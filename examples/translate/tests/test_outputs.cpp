@@ -14,8 +14,6 @@
 #include "safetensors_edit.hpp"
 #include "translate_fixture.hpp"
 
-namespace tr = attn::translate;
-namespace fs = std::filesystem;
 using namespace attn::translate::testing;
 
 namespace {
