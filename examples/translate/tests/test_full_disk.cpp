@@ -21,8 +21,6 @@
 #include "translate_fixture.hpp"
 #include "translator.hpp"
 
-namespace tr = attn::translate;
-namespace fs = std::filesystem;
 using namespace attn::translate::testing;
 
 namespace {
@@ -55,6 +53,25 @@ std::string full_disk_error(const std::string& path, rlim_t limit,
   return message;
 }
 
+/// Both sides of the test corpus, and the options of a second vocabulary (60 pieces) to write
+/// over the first (50 pieces), which train_first_vocabulary has written into `dir`.
+struct VocabularyPair {
+  std::vector<std::string> text;
+  tr::BpeTrainOptions second;
+};
+
+VocabularyPair train_first_vocabulary(const std::string& dir) {
+  const tr::CorpusSplit data = split();
+  VocabularyPair v{data.train.src, {}};
+  v.text.insert(v.text.end(), data.train.tgt.begin(), data.train.tgt.end());
+  tr::BpeTrainOptions first;
+  first.vocab_size = 50;
+  v.second.vocab_size = 60;
+  first.num_threads = v.second.num_threads = 1;
+  tr::SubwordVocab::train(v.text, dir, first);
+  return v;
+}
+
 class FullDisk : public TempDirTest {
  protected:
   static void SetUpTestSuite() {
@@ -74,17 +91,10 @@ TEST_F(FullDisk, ANewVocabularyKeepsTheOldSpmModelAndVocabTxt) {
   // SubwordVocab::train writes spm.model (kilobytes), then vocab.txt (tens of bytes): any limit
   // stops spm.model first, so a full disk must leave the old pair, which still loads together.
   const std::string d = dir("vocab");
-  const tr::CorpusSplit data = split();
-  std::vector<std::string> text = data.train.src;
-  text.insert(text.end(), data.train.tgt.begin(), data.train.tgt.end());
-  tr::BpeTrainOptions first, second;
-  first.vocab_size = 50;
-  second.vocab_size = 60;
-  first.num_threads = second.num_threads = 1;
-  tr::SubwordVocab::train(text, d, first);
+  const VocabularyPair v = train_first_vocabulary(d);
   const std::string vocab_txt = read_file(d + "/vocab.txt");
   const std::string m =
-      full_disk_error(d + "/spm.model", 256, [&] { tr::SubwordVocab::train(text, d, second); });
+      full_disk_error(d + "/spm.model", 256, [&] { tr::SubwordVocab::train(v.text, d, v.second); });
   EXPECT_TRUE(contains(m, "cannot write " + d + "/spm.model (via ")) << m;
   EXPECT_TRUE(contains(m, "File too large")) << m;
   // full_disk_error ends with the successful write: the new pair replaced the old one.
@@ -99,21 +109,15 @@ TEST_F(FullDisk, AFailedVocabTxtKeepsTheOldOne) {
   // vocab.txt's temporary is created; the write then fails in the kernel, as on a disk that
   // filled up between the two files.
   const std::string d = dir("vocab"), vocab_txt = d + "/vocab.txt";
-  const tr::CorpusSplit data = split();
-  std::vector<std::string> text = data.train.src;
-  text.insert(text.end(), data.train.tgt.begin(), data.train.tgt.end());
-  tr::BpeTrainOptions first, second;
-  first.vocab_size = 50;
-  second.vocab_size = 60;
-  first.num_threads = second.num_threads = 1;
-  tr::SubwordVocab::train(text, d, first);
+  const VocabularyPair v = train_first_vocabulary(d);
   const std::string old_vocab_txt = read_file(vocab_txt), old_spm = read_file(d + "/spm.model");
   const std::set<std::string> names = listing(d);
   std::optional<FileSizeLimit> full;
   attn::detail::before_atomic_write() = [&](const std::string& path) {
     if (path == vocab_txt) full.emplace(16);
   };
-  const std::string m = error_of<attn::IOError>([&] { tr::SubwordVocab::train(text, d, second); });
+  const std::string m =
+      error_of<attn::IOError>([&] { tr::SubwordVocab::train(v.text, d, v.second); });
   attn::detail::before_atomic_write() = nullptr;
   ASSERT_TRUE(full.has_value()) << "vocab.txt was not written";
   full.reset();
@@ -127,7 +131,7 @@ TEST_F(FullDisk, AFailedVocabTxtKeepsTheOldOne) {
   EXPECT_NE(read_file(d + "/spm.model"), old_spm);
   EXPECT_TRUE(contains(error_of([&] { tr::SubwordVocab::load(d); }),
                        "was trained with a different vocabulary"));
-  tr::SubwordVocab::train(text, d, second);
+  tr::SubwordVocab::train(v.text, d, v.second);
   EXPECT_EQ(tr::SubwordVocab::load(d).size(), 60);
 }
 

@@ -17,8 +17,6 @@
 #include "trainer.hpp"
 #include "translate_fixture.hpp"
 
-namespace tr = attn::translate;
-namespace fs = std::filesystem;
 using namespace attn::translate::testing;
 
 namespace {

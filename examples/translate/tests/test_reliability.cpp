@@ -27,8 +27,6 @@
 #include "translate_fixture.hpp"
 #include "translator.hpp"
 
-namespace tr = attn::translate;
-namespace fs = std::filesystem;
 using namespace attn::translate::testing;
 
 namespace {
