@@ -5,6 +5,9 @@
 //   D d_model        H heads             K d_k = d_v = D/H  F d_ff
 //   V vocabulary     N rows of a flattened activation (B*S or B*T)
 //   W beam width (beam search; K is taken by d_k)
+// Two places use letters of their own, and say so where they do: the GEMM kernels (kernels/
+// gemm*.hpp) name C [M, N] = A [M, K] B [K, N] as BLAS does, so K there is the depth of the
+// product; and the paper's N (6 layers) is encoder_layers / decoder_layers in code.
 //
 // A Tensor is a handle, like torch.Tensor: copying it copies the handle, not the numbers, and
 // reshape()/slice() return views of the same storage. clone() makes a deep copy. Activations are

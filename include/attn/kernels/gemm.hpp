@@ -13,6 +13,9 @@
 // hand out blocks of rows dynamically and wait only at the end of the product (and, in the
 // AVX-512 path, once after the threads have packed B together).
 //
+// Letters: C [M, N] = A [M, K] B [K, N], as BLAS names them, so K here is the depth of the
+// product, not tensor.hpp's d_k.
+//
 // Determinism: on either path every element of C is summed in an order that does not depend on
 // the thread count, so results are bitwise equal on 1 and N threads (tests/test_gemm.cpp). The
 // two paths differ from each other by rounding.
