@@ -14,7 +14,7 @@
 # Where the signal lands: trial i waits for one of four moments, in turn:
 #   save    a checkpoint's temporary file appears (the write is under way);
 #   prune   a checkpoint's temporary file is renamed in (the directory fsync and the removal of
-#           the checkpoints beyond --keep follow: with --keep 1 every checkpoint prunes one);
+#           the checkpoints beyond --keep follow: with --keep 1 every checkpoint after the first prunes one);
 #   update  a random time within the updates, once the first progress line is out;
 #   start   a random time within the whole run, corpus reading and vocabulary training included.
 # The run is frozen (SIGSTOP) at that moment, the phase it is in read from its directory and log

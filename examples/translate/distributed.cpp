@@ -215,9 +215,9 @@ int bound_cpus() {
   return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
 }
 
-// Rank 0 names the layout; every rank warns of its own oversubscription.
-void report_threads(int rank, int ranks, int local, int threads, int cores, int bound) {
-  if (rank == 0)
+// Rank 0 names the layout (unless quiet); every rank warns of its own oversubscription.
+void report_threads(int rank, int ranks, int local, int threads, int cores, int bound, bool quiet) {
+  if (rank == 0 && !quiet)
     std::cerr << "train: " << ranks << (ranks == 1 ? " rank (" : " ranks (") << local
               << " on this machine) x " << threads << (threads == 1 ? " thread\n" : " threads\n");
   if (rank == 0 && threads * local > cores)
@@ -252,7 +252,7 @@ std::shared_ptr<Replicas> join_replicas(TrainOptions& options, const ReplicaOpti
     const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     const int bound = bound_cpus();
     if (!replica.threads_given) options.threads = default_rank_threads(cores, local, bound);
-    report_threads(mpi->rank(), mpi->size(), local, options.threads, cores, bound);
+    report_threads(mpi->rank(), mpi->size(), local, options.threads, cores, bound, options.quiet);
     if (mpi->rank() != 0) {
       options.quiet = true;
       options.svg = false;

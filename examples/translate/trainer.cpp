@@ -71,8 +71,10 @@ double Trainer::update() {
       // Logits of the non-padding targets only, and the gradient overwrites them (a handle to
       // the model's buffer): one [n, V] buffer instead of two [B, T, V].
       Tensor<float> logits = model_->forward_scored(b.src, b.tgt_in, b.tgt_out);
-      LossStats s = loss_->forward_backward_in_place(logits, model_->scored_targets(), 1.0, step);
-      if (step == fault_step_) s.smoothed_loss = kNaN;
+      const LossStats s =
+          loss_->forward_backward_in_place(logits, model_->scored_targets(), 1.0, step);
+      ATTN_CHECK(step != fault_step_, NumericError, "loss is NaN at step ", step,
+                 " (made so by ATTN_TRANSLATE_FAULT_STEP)");
       check_finite(s, step);
       model_->backward(logits);
       stats += s;

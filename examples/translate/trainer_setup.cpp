@@ -29,8 +29,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// ATTN_TRANSLATE_FAULT_STEP=N makes this process's loss NaN in update N, as a diverging batch
-// would: how test_mpi.cpp fails one rank of a job in the middle of an update. Unset: never.
+// ATTN_TRANSLATE_FAULT_STEP=N fails this process's update N as a NaN loss would, naming the
+// variable: how test_mpi.cpp fails one rank of a job in the middle of an update. Unset: never.
 Index injected_fault_step() {
   const char* v = std::getenv("ATTN_TRANSLATE_FAULT_STEP");
   return v ? parse_number_or_throw<Index>(v, "environment", "ATTN_TRANSLATE_FAULT_STEP") : 0;

@@ -4,6 +4,7 @@
 // writes, and a failure on one rank stops the job with its message. Built and run
 // only when MPI was found; ATTN_MPIEXEC is "mpiexec --oversubscribe --allow-run-as-root ...".
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <chrono>
 #include <cmath>
@@ -204,7 +205,9 @@ TEST_F(Mpi, ANanLossOnOneRankInTheMiddleOfAnUpdateStopsEveryRankWithItsMessage) 
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_EQ(r.exit_code, 1) << overlap << "\n" << r.err;
-    EXPECT_TRUE(contains(r.err, "attn-translate: error: rank 1 of 2: loss is NaN at step 2"))
+    EXPECT_TRUE(contains(r.err,
+                         "attn-translate: error: rank 1 of 2: loss is NaN at step 2 "
+                         "(made so by ATTN_TRANSLATE_FAULT_STEP)"))
         << overlap << "\n"
         << r.err;
     EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << overlap << "\n" << r.err;
@@ -271,19 +274,24 @@ TEST_F(Mpi, ARankBoundToOneCoreTrainsWithOneThreadByDefaultAndWarnsOfMore) {
   const auto args = [&](const std::string& m, const std::string& threads) {
     return " train --model-dir " + dir(m) + " --steps 1 " + common(0, threads);
   };
-  const CliResult bound = mpirun("--bind-to core -n 1 " + bin + args("bound", ""));
+  const CliResult bound = mpirun("--bind-to hwthread -n 1 " + bin + args("bound", ""));
   EXPECT_EQ(bound.exit_code, 0) << bound.err;
   EXPECT_TRUE(contains(bound.err, "train: 1 rank (1 on this machine) x 1 thread\n")) << bound.err;
   EXPECT_FALSE(contains(bound.err, "mpirun bound it to")) << bound.err;
 
-  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  // Unbound, a rank has this process's CPUs (a cpuset may hold fewer than the machine's).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof set, &set), 0);
+  const int cores =
+      std::max(1, std::min(static_cast<int>(std::thread::hardware_concurrency()), CPU_COUNT(&set)));
   const CliResult unbound = mpirun("-n 1 " + bin + args("free", ""));
   EXPECT_EQ(unbound.exit_code, 0) << unbound.err;
   EXPECT_TRUE(contains(unbound.err, "train: 1 rank (1 on this machine) x " + std::to_string(cores) +
                                         (cores == 1 ? " thread\n" : " threads\n")))
       << unbound.err;
 
-  const CliResult more = mpirun("--bind-to core -n 1 " + bin + args("more", "--threads 2"));
+  const CliResult more = mpirun("--bind-to hwthread -n 1 " + bin + args("more", "--threads 2"));
   EXPECT_EQ(more.exit_code, 0) << more.err;
   EXPECT_TRUE(contains(more.err,
                        "train: rank 0 runs 2 threads on the 1 CPU mpirun bound it to; "

@@ -182,6 +182,8 @@ struct AtomicWriteResult {
 /// with the old file untouched and no temporary file left.
 inline AtomicWriteResult write_file_atomically(
     const std::string& path, const std::function<bool(int fd, std::size_t& written)>& body) {
+  ATTN_CHECK(!path.empty(), IOError,
+             "write_file_atomically: expected a file path, got an empty one");
   detail::check_replaceable(path);
   if (detail::before_atomic_write()) detail::before_atomic_write()(path);
   // Leftovers of killed writers of `path`, our own pid's among them (a previous process of this

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,9 +30,19 @@ struct ConfigLimitBreach {
 inline std::optional<ConfigLimitBreach> config_limit_breach(const TransformerConfig& c) {
   std::optional<ConfigLimitBreach> breach;
   c.visit_fields([&](const char* name, const auto& value, FieldRule rule) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, Index>)
-      if (!breach && rule.file_max > 0 && (value < 0 || value > rule.file_max))
-        breach = ConfigLimitBreach{name, value, rule.file_max};
+    using V = std::decay_t<decltype(value)>;
+    if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>) {
+      if (breach || rule.file_max <= 0) return;
+      // Every integer type, so that a bound on a field of another type is not silently ignored.
+      const auto max = static_cast<std::uint64_t>(rule.file_max);
+      if constexpr (std::is_signed_v<V>) {
+        if (value < 0 || static_cast<std::uint64_t>(value) > max)
+          breach = ConfigLimitBreach{name, static_cast<Index>(value), rule.file_max};
+      } else if (static_cast<std::uint64_t>(value) > max) {
+        const std::uint64_t shown = std::min<std::uint64_t>(value, INT64_MAX);
+        breach = ConfigLimitBreach{name, static_cast<Index>(shown), rule.file_max};
+      }
+    }
   });
   return breach;
 }
