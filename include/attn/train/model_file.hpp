@@ -5,8 +5,8 @@
 // only if every one is finite.
 #pragma once
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
