@@ -12,7 +12,6 @@
 
 #include <attn/error.hpp>
 #include <attn/strict_number.hpp>
-#include <attn/train/atomic_file.hpp>
 
 namespace attn::translate {
 
@@ -108,10 +107,6 @@ ModelDirLock::ModelDirLock(const std::string& dir) {
 
 ModelDirLock::~ModelDirLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock
-}
-
-std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
-  return remove_stale_temporaries(dir);
 }
 
 }  // namespace attn::translate

@@ -58,9 +58,4 @@ class ModelDirLock {
   int fd_ = -1;
 };
 
-/// Removes "<name>.tmp.<pid>" files of `dir` whose writer is gone (no such process, or this
-/// process, which is not writing any yet); returns their paths. Call it holding ModelDirLock.
-/// (attn::remove_stale_temporaries for every name; each atomic write also removes its own file's.)
-std::vector<std::string> remove_stale_temp_files(const std::string& dir);
-
 }  // namespace attn::translate

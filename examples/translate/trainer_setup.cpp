@@ -16,6 +16,7 @@
 
 #include <attn/parallel.hpp>
 #include <attn/strict_number.hpp>
+#include <attn/train/atomic_file.hpp>
 #include <attn/train/checkpoint.hpp>
 #include <attn/train/model_file.hpp>
 
@@ -79,7 +80,9 @@ SubwordVocab open_vocab(const TrainOptions& o, const CorpusSplit& data, Replicas
 std::unique_ptr<ModelDirLock> lock_model_dir(const TrainOptions& o) {
   ATTN_CHECK(!o.model_dir.empty(), ConfigError, "train: --model-dir is required");
   auto lock = std::make_unique<ModelDirLock>(o.model_dir);
-  for (const std::string& path : remove_stale_temp_files(o.model_dir))
+  // Holding the lock and before this process writes there: every name's leftovers of dead
+  // writers (each atomic write also removes its own file's).
+  for (const std::string& path : remove_stale_temporaries(o.model_dir))
     if (!o.quiet) std::cerr << "train: removed " << path << ", left by a killed writer\n";
   return lock;
 }
