@@ -11,6 +11,7 @@
 
 #include "error_helpers.hpp"
 #include "pch.hpp"
+#include "temp_dir.hpp"
 
 namespace attn {
 namespace {
@@ -24,12 +25,10 @@ std::string dead_pid() {
   return std::to_string(pid_max + 1);
 }
 
-class AtomicFile : public ::testing::Test {
+class AtomicFile : public testing::TempDirTest {
  protected:
   void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "attn_atomic_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    ASSERT_NO_FATAL_FAILURE(TempDirTest::SetUp());
     // The old file; leftovers of dead writers, of out.txt and of another file; the temporary of
     // a writer that may still be at work (pid 1 exists); a name that holds no pid.
     const std::vector<std::string> names = {"out.txt", "out.txt.tmp." + dead_pid(),
@@ -39,15 +38,6 @@ class AtomicFile : public ::testing::Test {
     // A directory under a dead writer's temporary name is not a temporary this program wrote.
     fs::create_directory(path("out.txt.tmp.2" + dead_pid()));
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-  std::vector<std::string> list() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-  std::string dir_;
 };
 
 TEST_F(AtomicFile, AWriteRemovesTheTemporariesOfItsPathThatDeadWritersLeft) {
