@@ -1,6 +1,7 @@
 // Shared by the attn-translate pipeline and CLI tests: a tiny synthetic corpus, options that train
-// on it in milliseconds, a per-test temporary directory, and a runner for the attn-translate
-// binary (its path comes from CMake as ATTN_TRANSLATE_BIN).
+// on it in milliseconds, a per-test temporary directory, a runner for the attn-translate binary
+// (its path comes from CMake as ATTN_TRANSLATE_BIN), and the Cli fixture of test_cli.cpp and
+// test_cli_input.cpp.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -197,6 +198,17 @@ class TrainedModelTest : public TempDirTest {
   }
 
   inline static fs::path suite_dir_;
+};
+
+/// The attn-translate binary run as a user runs it (test_cli.cpp, test_cli_input.cpp).
+class Cli : public TrainedModelTest {
+ protected:
+  // One small trained model for the translate and evaluate tests of the whole suite.
+  static void SetUpTestSuite() { train_suite_model("attn_translate_cli", 5, 0); }
+
+  void expect_error(const CliResult& r, const std::vector<std::string>& expected) {
+    expect_cli_error(r, expected);
+  }
 };
 
 }  // namespace attn::translate::testing
