@@ -1,7 +1,8 @@
 // End-to-end pipeline of attn-translate through its C++ entry points (Trainer, Translator) on a
 // tiny synthetic corpus: bit-exact resume, gradient clipping, translation (greedy and beam),
 // BLEU, averaging, and every bad input the trainer and translator must refuse with a message
-// that names what was expected and what came. The same through the binary: test_cli.cpp.
+// that names what was expected and what came. The same through the binary: test_cli.cpp and
+// test_cli_input.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
