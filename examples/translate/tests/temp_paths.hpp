@@ -1,11 +1,14 @@
 // Temporary paths of the translate tests: named after the process, so that tests ctest runs in
-// parallel processes stay apart, and removed after the last test of the process.
+// parallel processes stay apart, and removed after the last test of the process; and the
+// whole-file reads and writes the tests make in them.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <system_error>
 
@@ -41,6 +44,17 @@ inline std::filesystem::path temp_dir(const std::string& name) {
   const auto dir = fresh_temp_path(name);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+/// Writes `bytes` to `path`, replacing what it held.
+inline void write_file(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+/// The bytes of `path` (empty when it cannot be read).
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 }  // namespace attn::translate::testing

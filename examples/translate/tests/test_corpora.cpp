@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <set>
 #include <sstream>
@@ -26,6 +25,7 @@ namespace fs = std::filesystem;
 using namespace attn::translate;
 using attn::testing::error_of;
 using attn::translate::testing::temp_dir;
+using attn::translate::testing::write_file;
 
 namespace {
 
@@ -39,10 +39,6 @@ std::string lz4_frame(const std::string& text) {
   EXPECT_FALSE(LZ4F_isError(n));
   out.resize(n);
   return out;
-}
-
-void write_file(const fs::path& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
 }
 
 std::string record(const std::string& md5, const std::string& lang, const std::string& text) {

@@ -10,8 +10,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -26,15 +24,9 @@
 namespace fs = std::filesystem;
 using namespace attn::translate;
 using attn::testing::error_of;
+using attn::translate::testing::read_file;
 using attn::translate::testing::temp_dir;
-
-namespace {
-
-void write_bytes(const fs::path& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
-}  // namespace
+using attn::translate::testing::write_file;
 
 TEST(Utf8, Validator) {
   EXPECT_TRUE(is_valid_utf8("plain ascii"));
@@ -63,7 +55,7 @@ TEST(CorpusIo, PlainAndGzipRoundTrip) {
   EXPECT_EQ(c.src, en);
   EXPECT_EQ(c.tgt, de);
   // CRLF endings and a last line without '\n'.
-  write_bytes(dir / "crlf.txt", "one\r\ntwo\r\nthree");
+  write_file(dir / "crlf.txt", "one\r\ntwo\r\nthree");
   EXPECT_EQ(read_lines((dir / "crlf.txt").string()),
             (std::vector<std::string>{"one", "two", "three"}));
 }
@@ -120,16 +112,14 @@ TEST(CorpusIo, GzipMembersPaddingAndTrailingBytes) {
   const fs::path dir = temp_dir("members");
   write_lines((dir / "a.gz").string(), {"one", "two"});
   write_lines((dir / "b.gz").string(), std::vector<std::string>(30000, "three four five"));
-  std::ifstream ina(dir / "a.gz", std::ios::binary), inb(dir / "b.gz", std::ios::binary);
-  const std::string a((std::istreambuf_iterator<char>(ina)), std::istreambuf_iterator<char>());
-  const std::string b((std::istreambuf_iterator<char>(inb)), std::istreambuf_iterator<char>());
-  write_bytes(dir / "ab.gz", a + b + std::string(100000, '\0'));
+  const std::string a = read_file(dir / "a.gz"), b = read_file(dir / "b.gz");
+  write_file(dir / "ab.gz", a + b + std::string(100000, '\0'));
   const std::vector<std::string> lines = read_lines((dir / "ab.gz").string());
   ASSERT_EQ(lines.size(), 30002u);
   EXPECT_EQ(lines[1], "two");
   EXPECT_EQ(lines[30001], "three four five");
 
-  write_bytes(dir / "tail.gz", a + std::string(3, '\0') + "more text\n");
+  write_file(dir / "tail.gz", a + std::string(3, '\0') + "more text\n");
   const std::string t =
       error_of<attn::FormatError>([&] { read_lines((dir / "tail.gz").string()); });
   EXPECT_NE(t.find("tail.gz' has bytes after its gzip stream that are neither another gzip member "
@@ -139,7 +129,7 @@ TEST(CorpusIo, GzipMembersPaddingAndTrailingBytes) {
       << t;
 
   // Bytes after the stream that begin like a member but are none.
-  write_bytes(dir / "magic.gz", a + "\x1f hi");
+  write_file(dir / "magic.gz", a + "\x1f hi");
   const std::string m =
       error_of<attn::FormatError>([&] { read_lines((dir / "magic.gz").string()); });
   EXPECT_NE(m.find("magic.gz' is not a valid gzip stream: incorrect header check (in the bytes "
@@ -147,7 +137,7 @@ TEST(CorpusIo, GzipMembersPaddingAndTrailingBytes) {
                    std::to_string(a.size()) + ")"),
             std::string::npos)
       << m;
-  write_bytes(dir / "lone.gz", a + "\x1f");
+  write_file(dir / "lone.gz", a + "\x1f");
   const std::string l =
       error_of<attn::FormatError>([&] { read_lines((dir / "lone.gz").string()); });
   EXPECT_NE(l.find("lone.gz' is a truncated or corrupt gzip stream: it ends in the member from "
@@ -158,7 +148,7 @@ TEST(CorpusIo, GzipMembersPaddingAndTrailingBytes) {
 
   std::string corrupt = b;
   for (std::size_t i = 20; i < 40; ++i) corrupt[i] = static_cast<char>(~corrupt[i]);
-  write_bytes(dir / "bad.gz", corrupt);
+  write_file(dir / "bad.gz", corrupt);
   const std::string c = error_of<attn::FormatError>([&] { read_lines((dir / "bad.gz").string()); });
   EXPECT_NE(c.find("bad.gz' is not a valid gzip stream: "), std::string::npos) << c;
 }
@@ -250,7 +240,7 @@ TEST(CorpusIo, Errors) {
   EXPECT_EQ(skipped, 1u);
   EXPECT_EQ(kept.src, (std::vector<std::string>{"one", "three"}));
 
-  write_bytes(dir / "bad.txt", "fine\nalso fine\nbroken \xc3\x28 here\n");
+  write_file(dir / "bad.txt", "fine\nalso fine\nbroken \xc3\x28 here\n");
   const std::string u = error_of<attn::DataError>([&] { read_lines((dir / "bad.txt").string()); });
   EXPECT_NE(u.find("bad.txt' line 3: expected UTF-8 text, found an invalid byte sequence at byte "
                    "offset 7"),
@@ -259,9 +249,8 @@ TEST(CorpusIo, Errors) {
 
   // A gzip stream cut in half.
   write_lines((dir / "c.gz").string(), std::vector<std::string>(2000, "some compressible text"));
-  std::ifstream in(dir / "c.gz", std::ios::binary);
-  std::string gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  write_bytes(dir / "cut.gz", gz.substr(0, gz.size() / 2));
+  const std::string gz = read_file(dir / "c.gz");
+  write_file(dir / "cut.gz", gz.substr(0, gz.size() / 2));
   const std::string g = error_of<attn::FormatError>([&] { read_lines((dir / "cut.gz").string()); });
   EXPECT_NE(g.find("cut.gz' is a truncated or corrupt gzip stream"), std::string::npos) << g;
 }

@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <set>
 #include <string>
@@ -25,6 +24,7 @@ namespace fs = std::filesystem;
 using namespace attn::translate;
 using attn::testing::error_of;
 using attn::translate::testing::temp_dir;
+using attn::translate::testing::write_file;
 
 namespace {
 
@@ -72,10 +72,6 @@ std::vector<RawEntry> sample_entries() {
            "ffnen"},
           {"menu\x04_Quit", "_Beenden"},
           {"One file\0%d files"s, "Eine Datei\0%d Dateien"s}};
-}
-
-void write_bytes(const fs::path& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
 }
 
 }  // namespace
@@ -236,14 +232,14 @@ TEST(GettextCorpus, SplitIsDeterministicAndIndependentOfFileOrder) {
   }
   b.push_back({"open file number 3", "Zzz falsch drei"});
   const fs::path d1 = temp_dir("mo1"), d2 = temp_dir("mo2");
-  write_bytes(d1 / "a.mo", make_mo(a));
-  write_bytes(d1 / "b.mo", make_mo(b));
-  write_bytes(d1 / "c.mo", make_mo(c, true));
-  write_bytes(d1 / "ignored.txt", "not a catalog");
+  write_file(d1 / "a.mo", make_mo(a));
+  write_file(d1 / "b.mo", make_mo(b));
+  write_file(d1 / "c.mo", make_mo(c, true));
+  write_file(d1 / "ignored.txt", "not a catalog");
   // Same content under names that list in another order.
-  write_bytes(d2 / "z.mo", make_mo(a));
-  write_bytes(d2 / "m.mo", make_mo(b, true));
-  write_bytes(d2 / "a.mo", make_mo(c));
+  write_file(d2 / "z.mo", make_mo(a));
+  write_file(d2 / "m.mo", make_mo(b, true));
+  write_file(d2 / "a.mo", make_mo(c));
   GettextCorpusOptions o;
   o.valid_size = 5;
   o.test_size = 5;
