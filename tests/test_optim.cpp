@@ -250,6 +250,31 @@ TEST(Schedule, PeaksAtWarmupAndIsMonotoneAroundIt) {
   EXPECT_DOUBLE_EQ(noam_lr(123, d, w, 2.0), 2.0 * noam_lr(123, d, w));
 }
 
+TEST(Schedule, LinearCooldownFallsToZeroOverTheLastUpdates) {
+  for (Index s = 1; s <= 7; ++s) EXPECT_EQ(linear_cooldown(s, 10, 3), 1.0) << s;
+  EXPECT_DOUBLE_EQ(linear_cooldown(8, 10, 3), 3.0 / 4.0);
+  EXPECT_DOUBLE_EQ(linear_cooldown(9, 10, 3), 2.0 / 4.0);
+  EXPECT_DOUBLE_EQ(linear_cooldown(10, 10, 3), 1.0 / 4.0);
+  // Off, and the whole run.
+  for (Index s = 1; s <= 10; ++s) EXPECT_EQ(linear_cooldown(s, 10, 0), 1.0) << s;
+  EXPECT_DOUBLE_EQ(linear_cooldown(1, 10, 10), 10.0 / 11.0);
+  EXPECT_DOUBLE_EQ(linear_cooldown(10, 10, 10), 1.0 / 11.0);
+  // Equal steps down, each of 1 / (cooldown + 1).
+  for (Index s = 9001; s < 10000; ++s)
+    EXPECT_NEAR(linear_cooldown(s, 10000, 1000) - linear_cooldown(s + 1, 10000, 1000), 1.0 / 1001,
+                1e-15)
+        << s;
+}
+
+TEST(Schedule, LinearCooldownRejectsBadArguments) {
+  EXPECT_TRUE(contains(error_of<ConfigError>([] { linear_cooldown(1, 10, 11); }),
+                       "cooldown must be in [0, end = 10], got 11"));
+  EXPECT_TRUE(contains(error_of<ConfigError>([] { linear_cooldown(1, 10, -1); }), "got -1"));
+  EXPECT_TRUE(contains(error_of<ConfigError>([] { linear_cooldown(11, 10, 3); }),
+                       "step must be in [1, 10], got 11"));
+  EXPECT_TRUE(contains(error_of<ConfigError>([] { linear_cooldown(0, 10, 3); }), "got 0"));
+}
+
 TEST(Schedule, RejectsBadArguments) {
   EXPECT_TRUE(contains(error_of([] { noam_lr(0, 512); }), "step counts from 1, got 0"));
   EXPECT_THROW(noam_lr(1, 0), ConfigError);

@@ -80,6 +80,11 @@ void add_optimisation_flags(CLI::App* train, TrainCommand& c) {
   train->add_option("--lr-factor", t.lr_factor, "factor of the Noam schedule")
       ->capture_default_str();
   train
+      ->add_option("--cooldown", t.cooldown,
+                   "take the learning rate linearly to zero over the last N updates of --steps "
+                   "(0: off)")
+      ->capture_default_str();
+  train
       ->add_option("--clip-norm", t.clip_norm,
                    "clip the global gradient norm to this before each update (0: off)")
       ->capture_default_str()

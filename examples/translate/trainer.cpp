@@ -91,8 +91,14 @@ double Trainer::update() {
   ATTN_CHECK(std::isfinite(last_grad_norm_), NumericError, "step ", step, ": the gradient norm is ",
              last_grad_norm_, " (try a lower --lr-factor, a longer --warmup or --clip-norm)");
   if (opt_.clip_norm > 0) clip_grad_norm(adam_->parameters(), opt_.clip_norm);
-  adam_->step(noam_lr(step, model_->config().d_model, opt_.warmup, opt_.lr_factor));
+  adam_->step(learning_rate(step));
   return stats.mean_loss();
+}
+
+double Trainer::learning_rate(Index step) const {
+  const double noam = noam_lr(step, model_->config().d_model, opt_.warmup, opt_.lr_factor);
+  if (opt_.cooldown == 0) return noam;
+  return noam * linear_cooldown(step, opt_.cooldown_end, opt_.cooldown);
 }
 
 BleuOptions Trainer::bleu_options() const {
@@ -178,6 +184,7 @@ void Trainer::train(Index max_updates) {
       break;
     }
     if (opt_.steps > 0 && step() >= opt_.steps) break;
+    if (opt_.cooldown > 0 && step() >= opt_.cooldown_end) break;  // the learning rate ends there
     if (max_updates > 0 && step() - first >= max_updates) break;
     // Clocks differ between ranks; rank 0's decides, or one rank would wait for the others.
     if (opt_.minutes > 0 && replicas_->rank0_decides(elapsed() >= opt_.minutes * 60)) break;
@@ -200,7 +207,7 @@ void Trainer::report_progress(LogWindow& window, Index first, double seconds) {
     StepProgress p;
     p.step = s;
     p.loss = mean;
-    p.lr = noam_lr(s, model_->config().d_model, opt_.warmup, opt_.lr_factor);
+    p.lr = learning_rate(s);
     p.tokens_per_second = static_cast<double>(train_tokens_) /
                           std::chrono::duration<double>(Clock::now() - window.start).count();
     p.seconds = seconds;

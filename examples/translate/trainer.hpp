@@ -43,6 +43,8 @@ struct TrainOptions {
   double label_smoothing = 0.1;
   Index warmup = 4000;
   double lr_factor = 1.0;
+  Index cooldown = 0;      ///< the last N updates up to `steps` take the lr linearly to 0; 0: off
+  Index cooldown_end = 0;  ///< the `steps` the cooldown ends at: set when training starts
   double clip_norm = 0;         ///< clip the global gradient norm to this before Adam; 0: off
   Index max_tokens = 4096;      ///< per batch
   Index tokens_per_update = 0;  ///< accumulate batches until this many target tokens; 0: one
@@ -87,6 +89,8 @@ struct TrainOptions {
     f("train.warmup", o.warmup, true, Index(1), kMaxIndex);
     f("train.lr_factor", o.lr_factor, true, 0.0, kHuge);
     f("train.clip_norm", o.clip_norm, false, 0.0, kHuge);
+    f("train.cooldown", o.cooldown, false, Index(0), kMaxIndex);
+    f("train.cooldown_end", o.cooldown_end, false, Index(0), kMaxIndex);
     f("train.max_tokens", o.max_tokens, true, Index(1), Index(1) << 40);
     f("train.tokens_per_update", o.tokens_per_update, true, Index(0), Index(1) << 40);
     f("train.seed", o.seed, true, std::uint64_t(0), std::numeric_limits<std::uint64_t>::max());
@@ -139,6 +143,9 @@ class Trainer {
   std::size_t skipped_pairs() const;
   /// The global gradient norm of the last update, before clipping (NaN before the first).
   double last_grad_norm() const { return last_grad_norm_; }
+  /// The learning rate of update `step` (from 1): the Noam schedule, times the linear cooldown
+  /// over the last --cooldown updates when it is on.
+  double learning_rate(Index step) const;
   /// With --resume: the checkpoint resumed from, and each newer one skipped with the reason.
   const std::string& resumed_from() const { return resumed_from_; }
   const std::vector<std::string>& skipped_checkpoints() const { return skipped_checkpoints_; }

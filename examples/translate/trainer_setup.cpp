@@ -116,6 +116,13 @@ void check_model_size(const TransformerConfig& c) {
              memory / gib, " GiB (--d-model, --d-ff, --layers and --vocab-size set its size)");
 }
 
+// A new run's --cooldown ends its learning rate at --steps, so it needs a --steps that many long.
+void check_cooldown(const TrainOptions& o) {
+  ATTN_CHECK(o.cooldown == 0 || (o.steps > 0 && o.cooldown <= o.steps), ConfigError,
+             "--cooldown ", o.cooldown, " needs --steps of at least as many updates (the run's ",
+             "length, where the learning rate reaches zero), got --steps ", o.steps);
+}
+
 }  // namespace
 
 TransformerConfig make_config(const TrainOptions& o, Index vocab) {
@@ -174,6 +181,7 @@ void check_train_flags(const TrainOptions& o) {
   ATTN_CHECK(o.lr_factor > 0, ConfigError, "--lr-factor must be > 0, got ", o.lr_factor);
   ATTN_CHECK(o.vocab_size <= kMaxVocabSize, ConfigError, "--vocab-size ", o.vocab_size,
              " is more than the ", kMaxVocabSize, " a vocabulary may have");
+  if (!o.resume) check_cooldown(o);
   ATTN_CHECK(o.average <= o.keep, ConfigError, "--average ", o.average, " averages the last ",
              o.average, " checkpoints, but --keep ", o.keep, " keeps only ", o.keep);
   // The model and batches the flags describe, before the vocabulary is trained (the real
@@ -211,7 +219,14 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
   set_num_threads(opt_.threads);
   if (opt_.resume) {
     resume_newest_loadable(options);
+    // After the checkpoint's --cooldown is restored, not while trying checkpoints: the flag,
+    // not the checkpoint, is wrong.
+    ATTN_CHECK(opt_.cooldown == 0 || opt_.steps <= opt_.cooldown_end, ConfigError, "--steps ",
+               opt_.steps, " goes past step ", opt_.cooldown_end, ", where this run's --cooldown ",
+               opt_.cooldown, " ends its learning rate at zero");
   } else {
+    check_cooldown(opt_);
+    opt_.cooldown_end = opt_.cooldown > 0 ? opt_.steps : 0;
     build(make_config(opt_, vocab_.size()));
     order_ = train_batches_->epoch_order(opt_.seed, epoch_);
   }

@@ -94,6 +94,7 @@ std::map<std::string, std::string> train_defaults() {
           {"--label-smoothing", str(o.label_smoothing)},
           {"--warmup", str(o.warmup)},
           {"--lr-factor", str(o.lr_factor)},
+          {"--cooldown", str(o.cooldown)},
           {"--clip-norm", str(o.clip_norm)},
           {"--max-tokens", str(o.max_tokens)},
           {"--tokens-per-update", str(o.tokens_per_update)},

@@ -118,6 +118,10 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
       {"--dropout nan", "--dropout must be a number, got NaN"},
       {"--keep 0", "--keep must be >= 1, got 0"},
       {"--lr-factor 0", "--lr-factor must be > 0, got 0"},
+      {"--cooldown -1", "--cooldown must be in [0, 9223372036854775807], got -1"},
+      {"--cooldown 10", "--cooldown 10 needs --steps of at least as many updates (the run's "
+                        "length, where the learning rate reaches zero), got --steps 0"},
+      {"--cooldown 10 --steps 9", "--cooldown 10 needs --steps of at least as many updates"},
       {"--max-len 1", "--max-len must be in [2, 65536], got 1"},
       // Found only after the vocabulary was trained.
       {"--max-tokens 1", "--max-tokens 1 must be at least --max-len 128 so that a pair"},

@@ -15,6 +15,7 @@
 
 #include <attn/strict_number.hpp>
 #include <attn/train/clip.hpp>
+#include <attn/train/schedule.hpp>
 #include <attn/train/safetensors.hpp>
 
 #include "corpus_io.hpp"
@@ -151,6 +152,56 @@ TEST_F(Pipeline, ClipNormBoundsTheGradientAndSurvivesResume) {
   bad.clip_norm = -1;
   const std::string msg = error_of<attn::ConfigError>([&] { tr::Trainer t(bad, split()); });
   EXPECT_TRUE(contains(msg, "--clip-norm must be finite and >= 0 (0: off), got -1")) << msg;
+}
+
+TEST_F(Pipeline, CooldownTakesTheRateToZeroAtStepsAndResumesExactly) {
+  tr::TrainOptions o = tiny_options(dir("cool"));
+  o.steps = 6;
+  o.cooldown = 3;
+  {
+    tr::Trainer first(o, split());
+    EXPECT_EQ(first.options().cooldown_end, 6);
+    auto noam = [&](Index s) {
+      return attn::noam_lr(s, first.model().config().d_model, o.warmup, o.lr_factor);
+    };
+    for (Index s = 1; s <= 3; ++s) EXPECT_EQ(first.learning_rate(s), noam(s)) << s;
+    // (7 - s) / 4: 3/4, 2/4 and 1/4 of the Noam rate.
+    for (Index s = 4; s <= 6; ++s)
+      EXPECT_DOUBLE_EQ(first.learning_rate(s), noam(s) * static_cast<double>(7 - s) / 4.0) << s;
+    first.train(4);  // into the cooldown
+    first.save_checkpoint();
+  }
+  // Resumed without --steps and with another --cooldown: the checkpoint's cooldown wins and ends
+  // the run at step 6, where the rate would reach zero.
+  tr::TrainOptions r = tiny_options(dir("cool"));
+  r.resume = true;
+  r.cooldown = 0;
+  o.model_dir = dir("straight");
+  tr::Trainer straight(o, split());
+  straight.train();
+  EXPECT_EQ(straight.step(), 6);
+  {  // ends before the next resume: one trainer per directory at a time (the lock)
+    tr::Trainer resumed(r, split());
+    EXPECT_EQ(resumed.options().cooldown, 3);
+    EXPECT_EQ(resumed.options().cooldown_end, 6);
+    resumed.train();
+    EXPECT_EQ(resumed.step(), 6);
+    expect_same_parameters(resumed.model(), straight.model());
+  }
+  tr::TrainOptions plain = tiny_options(dir("plain"));
+  tr::Trainer uncooled(plain, split());
+  uncooled.train(6);
+  EXPECT_FALSE(same_parameters(uncooled.model(), straight.model()));
+
+  // A longer run than the cooldown was planned for is refused.
+  r.steps = 7;
+  EXPECT_TRUE(contains(error_of<attn::ConfigError>([&] { tr::Trainer t(r, split()); }),
+                       "--steps 7 goes past step 6, where this run's --cooldown 3 ends its "
+                       "learning rate at zero"));
+  tr::TrainOptions no_steps = tiny_options(dir("no_steps"));
+  no_steps.cooldown = 2;
+  EXPECT_TRUE(contains(error_of<attn::ConfigError>([&] { tr::Trainer t(no_steps, split()); }),
+                       "--cooldown 2 needs --steps of at least as many updates"));
 }
 
 TEST_F(Pipeline, NormFirstBuildsAPreNormModelThatResumesAsOne) {
