@@ -218,9 +218,12 @@ int run_train(TrainCommand& c, int threads, std::shared_ptr<Replicas>& replicas)
   if (t.evaluate) check_test_sources(trainer);
   trainer.train();
   if (const int signal = trainer.interrupted_by(); signal != 0) {
-    std::cerr << "attn-translate: interrupted by " << (signal == SIGINT ? "SIGINT" : "SIGTERM")
-              << " at step " << trainer.step()
-              << "; checkpoint written, continue with train --resume\n";
+    // One write: every rank of an MPI job prints it, and stderr is unbuffered, so pieces written
+    // one by one interleaved with the other rank's into one garbled line.
+    std::cerr << attn::detail::concat("attn-translate: interrupted by ",
+                                signal == SIGINT ? "SIGINT" : "SIGTERM", " at step ",
+                                trainer.step(),
+                                "; checkpoint written, continue with train --resume\n");
     return 128 + signal;
   }
   trainer.finish();

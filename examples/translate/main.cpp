@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
     if (*average_app) return tr::run_average(average);
   } catch (const std::exception& e) {  // attn::Error and the rest alike: one line, exit 1
     if (!replicas || replicas->report_here(e))
-      std::cerr << "attn-translate: error: " << e.what() << '\n';
+      std::cerr << std::string("attn-translate: error: ") + e.what() + '\n';  // one write
     return 1;
   }
   return 0;
