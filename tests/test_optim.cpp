@@ -259,6 +259,9 @@ TEST(Schedule, LinearCooldownFallsToZeroOverTheLastUpdates) {
   for (Index s = 1; s <= 10; ++s) EXPECT_EQ(linear_cooldown(s, 10, 0), 1.0) << s;
   EXPECT_DOUBLE_EQ(linear_cooldown(1, 10, 10), 10.0 / 11.0);
   EXPECT_DOUBLE_EQ(linear_cooldown(10, 10, 10), 1.0 / 11.0);
+  // The largest run: no overflow on the way.
+  constexpr Index kMax = std::numeric_limits<Index>::max();
+  EXPECT_DOUBLE_EQ(linear_cooldown(kMax, kMax, kMax), 1.0 / (static_cast<double>(kMax) + 1.0));
   // Equal steps down, each of 1 / (cooldown + 1).
   for (Index s = 9001; s < 10000; ++s)
     EXPECT_NEAR(linear_cooldown(s, 10000, 1000) - linear_cooldown(s + 1, 10000, 1000), 1.0 / 1001,

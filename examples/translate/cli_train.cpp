@@ -81,8 +81,9 @@ void add_optimisation_flags(CLI::App* train, TrainCommand& c) {
       ->capture_default_str();
   train
       ->add_option("--cooldown", t.cooldown,
-                   "take the learning rate linearly to zero over the last N updates of --steps "
-                   "(0: off)")
+                   "take the learning rate linearly toward zero over the last N updates of "
+                   "--steps, the last at 1/(N+1) of the schedule's (0: off; end the run by "
+                   "--steps, not --minutes)")
       ->capture_default_str();
   train
       ->add_option("--clip-norm", t.clip_norm,

@@ -211,9 +211,9 @@ void Trainer::report_progress(LogWindow& window, Index first, double seconds) {
     p.tokens_per_second = static_cast<double>(train_tokens_) /
                           std::chrono::duration<double>(Clock::now() - window.start).count();
     p.seconds = seconds;
-    p.eta = kNaN;  // the sooner of --steps and --minutes
-    if (opt_.steps > 0)
-      p.eta = seconds / static_cast<double>(s - first) * static_cast<double>(opt_.steps - s);
+    p.eta = kNaN;  // the sooner of --steps (or the cooldown's end) and --minutes
+    const Index end = opt_.steps > 0 ? opt_.steps : opt_.cooldown > 0 ? opt_.cooldown_end : 0;
+    if (end > 0) p.eta = seconds / static_cast<double>(s - first) * static_cast<double>(end - s);
     if (opt_.minutes > 0)
       p.eta = std::isfinite(p.eta) ? std::min(p.eta, opt_.minutes * 60 - seconds)
                                    : opt_.minutes * 60 - seconds;

@@ -154,6 +154,7 @@ void check_train_flags(const TrainOptions& o) {
   // What a checkpoint stores, within the range --resume accepts from one ("train.max_tokens" is
   // --max-tokens).
   o.visit_saved([](const std::string& key, const auto& value, bool, auto lo, auto hi) {
+    if (key == "train.cooldown_end") return;  // the trainer's, from --steps: not a flag
     std::string flag = "--" + key.substr(key.find('.') + 1);
     std::replace(flag.begin(), flag.end(), '_', '-');
     ATTN_CHECK(value >= lo && value <= hi, ConfigError, flag, " must be in [", lo, ", ", hi,
@@ -289,6 +290,12 @@ void Trainer::resume_from(const std::string& path) {
   curves_ = it != meta.end() ? decode_curves(it->second, path) : std::vector<CurvePoint>{};
   load_training_checkpoint(path, model_->parameters(), *adam_, model_->random_state());
   check_finite_parameters(model_->parameters(), path);
+  // Each within its range (restore_options), but also the one schedule a run could have saved.
+  ATTN_CHECK(opt_.cooldown == 0 ? opt_.cooldown_end == 0
+                                : opt_.cooldown <= opt_.cooldown_end && step() <= opt_.cooldown_end,
+             FormatError, path, ": metadata train.cooldown ", opt_.cooldown,
+             " and train.cooldown_end ", opt_.cooldown_end, " at step ", step(),
+             " are not a schedule a run saves");
   epoch_ = position.epoch;
   batch_index_ = position.batch;
   order_ = train_batches_->epoch_order(opt_.seed, epoch_);

@@ -144,6 +144,8 @@ TEST_F(Reliability, MalformedTrainingStateNamesFileAndKey) {
     const char* key;
     const char* value;
     const char* expected;
+    const char* key2 = nullptr;  // and a second key, for values that disagree
+    const char* value2 = nullptr;
   };
   const std::vector<Case> cases = {
       {"data.epoch", "x", "metadata data.epoch = \"x\" is not a non-negative decimal integer"},
@@ -161,12 +163,23 @@ TEST_F(Reliability, MalformedTrainingStateNamesFileAndKey) {
       {"step", "18446744073709551616", "metadata \"step\" must be a non-negative decimal integer"},
       {"data.fingerprint", "12g4", "data.fingerprint: expected 16 hex digits, got '12g4'"},
       {"data.fingerprint", "-000000000000001", "expected 16 hex digits, got '-000000000000001'"},
+      // Each in range, but no run saves them: a cooldown without its end, an end without a
+      // cooldown, one that ended before the checkpoint's step 4.
+      {"train.cooldown", "3",
+       "metadata train.cooldown 3 and train.cooldown_end 0 at step 4 are not a schedule a run "
+       "saves"},
+      {"train.cooldown_end", "9", "train.cooldown 0 and train.cooldown_end 9 at step 4"},
+      {"train.cooldown", "2", "train.cooldown 2 and train.cooldown_end 3 at step 4",
+       "train.cooldown_end", "3"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.key) + " = " + c.value);
     const std::string m = model_copy();
     const std::string newest = tr::list_checkpoints(m).back().second;
-    rewrite(newest, [&](auto& meta) { meta[c.key] = c.value; });
+    rewrite(newest, [&](auto& meta) {
+      meta[c.key] = c.value;
+      if (c.key2 != nullptr) meta[c.key2] = c.value2;
+    });
     for (const auto& [step, path] : tr::list_checkpoints(m))
       if (path != newest) fs::remove(path);  // no older checkpoint to fall back to
     tr::TrainOptions o = tiny_options(m);

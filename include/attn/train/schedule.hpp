@@ -38,7 +38,8 @@ inline double linear_cooldown(Index step, Index end, Index cooldown) {
   ATTN_CHECK(step >= 1 && step <= end, ConfigError, "linear_cooldown: step must be in [1, ", end,
              "], got ", step);
   if (step <= end - cooldown) return 1.0;
-  return static_cast<double>(end + 1 - step) / static_cast<double>(cooldown + 1);
+  // In double: end + 1 would overflow at the largest Index.
+  return (static_cast<double>(end - step) + 1.0) / (static_cast<double>(cooldown) + 1.0);
 }
 
 }  // namespace attn
