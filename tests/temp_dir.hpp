@@ -1,5 +1,6 @@
 // A test fixture that gives every test a fresh empty directory, removed with its files afterwards,
-// and the small file helpers the file-writing tests share.
+// and the whole-file reads and writes the file-writing tests share (the core tests and the
+// translate example's).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,6 +15,17 @@
 #include <vector>
 
 namespace attn::testing {
+
+/// The bytes of `path` (empty when it cannot be read).
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// Writes `bytes` to `path`, replacing what it held.
+inline void write_file(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
 
 class TempDirTest : public ::testing::Test {
  protected:
@@ -37,15 +49,6 @@ class TempDirTest : public ::testing::Test {
       out.push_back(e.path().filename().string());
     std::sort(out.begin(), out.end());
     return out;
-  }
-
-  static std::string read_bytes(const std::string& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  }
-  static void write_bytes(const std::string& p, const std::string& bytes) {
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
 
   std::string dir_;

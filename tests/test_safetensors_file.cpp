@@ -20,6 +20,8 @@ namespace {
 
 using testing::contains;
 using testing::error_of;
+using testing::read_file;
+using testing::write_file;
 
 class SafetensorsIo : public testing::TempDirTest {
  protected:
@@ -39,7 +41,7 @@ class SafetensorsIo : public testing::TempDirTest {
   /// load_safetensors' FormatError message for a file holding `bytes` (parsed in memory when
   /// `in_memory`, for the loops over thousands of corruptions).
   std::string format_error(const std::string& bytes, bool in_memory = false) {
-    if (!in_memory) write_bytes(path("bad.safetensors"), bytes);
+    if (!in_memory) write_file(path("bad.safetensors"), bytes);
     try {
       if (in_memory)
         parse_safetensors(std::vector<unsigned char>(bytes.begin(), bytes.end()),
@@ -107,7 +109,7 @@ TEST_F(SafetensorsIo, SafetensorsRoundTripsEveryDtypeAndMetadata) {
   EXPECT_TRUE(contains(error_of([&] { f.info("nope"); }), "no tensor named 'nope'"));
 
   // Layout: 8-byte length, a '{'-first header padded with spaces to a multiple of 8, the data.
-  const std::string raw = read_bytes(path("a.safetensors"));
+  const std::string raw = read_file(path("a.safetensors"));
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i)
     n = (n << 8) | static_cast<unsigned char>(raw[static_cast<std::size_t>(i)]);
@@ -228,7 +230,7 @@ TEST_F(SafetensorsIo, EveryKindOfCorruptionIsAFormatErrorSayingWhat) {
 
 TEST_F(SafetensorsIo, EveryTruncationIsAFormatError) {
   save_safetensors(path("a.safetensors"), sample_entries(), {{"k", "v"}});
-  const std::string raw = read_bytes(path("a.safetensors"));
+  const std::string raw = read_file(path("a.safetensors"));
   ASSERT_GT(raw.size(), 300u);
   for (std::size_t len = 0; len < raw.size(); ++len) {
     const std::string msg = format_error(raw.substr(0, len), /*in_memory=*/len % 16 != 0);
@@ -239,7 +241,7 @@ TEST_F(SafetensorsIo, EveryTruncationIsAFormatError) {
 
 TEST_F(SafetensorsIo, FlippedHeaderBytesNeverCrash) {
   save_safetensors(path("a.safetensors"), sample_entries(), {{"k", "v"}});
-  const std::string raw = read_bytes(path("a.safetensors"));
+  const std::string raw = read_file(path("a.safetensors"));
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i)
     n = (n << 8) | static_cast<unsigned char>(raw[static_cast<std::size_t>(i)]);
@@ -264,7 +266,7 @@ TEST_F(SafetensorsIo, FailedSaveLeavesTheOldFileAndNoTemporary) {
   const std::string p = path("model.safetensors");
   auto old_t = arange_f({4, 4}, 1.0f);
   save_safetensors(p, {tensor_entry("w", old_t)}, {{"v", "old"}});
-  const std::string before = read_bytes(p);
+  const std::string before = read_file(p);
   // A write failing midway (the disk fills up after 100 bytes).
   detail::safetensors_fail_after_bytes() = 100;
   auto new_t = arange_f({64, 64}, 2.0f);
@@ -274,7 +276,7 @@ TEST_F(SafetensorsIo, FailedSaveLeavesTheOldFileAndNoTemporary) {
   detail::safetensors_fail_after_bytes() = std::numeric_limits<std::size_t>::max();
   EXPECT_TRUE(contains(msg, "cannot write " + p)) << msg;
   EXPECT_TRUE(contains(msg, "No space left")) << msg;
-  EXPECT_EQ(read_bytes(p), before);
+  EXPECT_EQ(read_file(p), before);
   EXPECT_EQ(list(), std::vector<std::string>{"model.safetensors"});  // temporary removed
   EXPECT_EQ(load_safetensors(p).metadata().at("v"), "old");
 
@@ -284,12 +286,12 @@ TEST_F(SafetensorsIo, FailedSaveLeavesTheOldFileAndNoTemporary) {
   EXPECT_THROW(save_safetensors(p, {tensor_entry("w", new_t)}), IOError);
   EXPECT_TRUE(contains(error_of([&] { save_safetensors(p, {tensor_entry("w", new_t)}); }),
                        "cannot create " + tmp));
-  EXPECT_EQ(read_bytes(p), before);
+  EXPECT_EQ(read_file(p), before);
   ASSERT_EQ(::rmdir(tmp.c_str()), 0);
 
   // A stray truncated temporary of a crashed writer does not affect the real file, and the next
   // save goes through.
-  write_bytes(p + ".tmp.99999", before.substr(0, 20));
+  write_file(p + ".tmp.99999", before.substr(0, 20));
   EXPECT_EQ(load_safetensors(p).metadata().at("v"), "old");
   save_safetensors(p, {tensor_entry("w", new_t)}, {{"v", "new"}});
   EXPECT_EQ(load_safetensors(p).metadata().at("v"), "new");
@@ -300,17 +302,17 @@ TEST_F(SafetensorsIo, APlantedSymlinkAtTheTemporaryNameIsNotFollowed) {
   // The temporary file was opened with O_CREAT|O_TRUNC: a symlink planted under its predictable
   // name redirected the write (and truncated its target). Now it is refused.
   const std::string p = path("model.safetensors"), victim = path("victim.txt");
-  write_bytes(victim, "precious");
+  write_file(victim, "precious");
   const std::string tmp = atomic_temp_path(p);
   ASSERT_EQ(::symlink(victim.c_str(), tmp.c_str()), 0);
   auto t = arange_f({2, 2}, 1.0f);
   const std::string msg = error_of([&] { save_safetensors(p, {tensor_entry("w", t)}); });
   EXPECT_TRUE(contains(msg, "cannot create " + tmp)) << msg;
-  EXPECT_EQ(read_bytes(victim), "precious");
+  EXPECT_EQ(read_file(victim), "precious");
   EXPECT_FALSE(std::ifstream(p).good());
   ::unlink(tmp.c_str());
   // A regular file of this pid at that name is a leftover of ours and is replaced.
-  write_bytes(tmp, "partial");
+  write_file(tmp, "partial");
   save_safetensors(p, {tensor_entry("w", t)});
   EXPECT_EQ(load_safetensors(p).tensor<float>("w")(1, 1), t(1, 1));
   EXPECT_EQ(list(), (std::vector<std::string>{"model.safetensors", "victim.txt"}));
@@ -337,7 +339,7 @@ TEST_F(SafetensorsIo, APathTurnedIntoAFifoDuringTheWriteIsNotReplaced) {
   // was being written was then replaced by the regular file. Now it is checked again before the
   // rename, and the temporary is removed.
   const std::string p = path("out.txt");
-  write_bytes(p, "old");
+  write_file(p, "old");
   const std::string msg = error_of([&] {
     write_file_atomically(p, [&](int fd, std::size_t& written) {
       ::unlink(p.c_str());

@@ -1,16 +1,16 @@
-// Temporary paths of the translate tests: named after the process, so that tests ctest runs in
-// parallel processes stay apart, and removed after the last test of the process; and the
-// whole-file reads and writes the tests make in them.
+// Temporary paths of the translate tests outside a TempDirTest's directory: named after the
+// process, so that tests ctest runs in parallel processes stay apart, and removed after the last
+// test of the process. The whole-file reads and writes are tests/temp_dir.hpp's.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <system_error>
+
+#include "temp_dir.hpp"
 
 namespace attn::translate::testing {
 
@@ -46,15 +46,7 @@ inline std::filesystem::path temp_dir(const std::string& name) {
   return dir;
 }
 
-/// Writes `bytes` to `path`, replacing what it held.
-inline void write_file(const std::filesystem::path& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
-/// The bytes of `path` (empty when it cannot be read).
-inline std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using attn::testing::read_file;
+using attn::testing::write_file;
 
 }  // namespace attn::translate::testing

@@ -181,8 +181,8 @@ TEST_F(Cli, EverySubcommandHelpShowsThreadsAndEveryDefault) {
 
 TEST_F(Cli, TrainResumeTranslateEvaluateAverage) {
   const tr::CorpusSplit d = split();
-  const std::string src = dir("train.en"), tgt = dir("train.de");
-  const std::string test_src = dir("test.en"), test_tgt = dir("test.de");
+  const std::string src = path("train.en"), tgt = path("train.de");
+  const std::string test_src = path("test.en"), test_tgt = path("test.de");
   tr::write_lines(src, d.train.src);
   tr::write_lines(tgt, d.train.tgt);
   tr::write_lines(test_src, d.test.src);
@@ -193,7 +193,7 @@ TEST_F(Cli, TrainResumeTranslateEvaluateAverage) {
       "--tokens-per-update 300 --max-len 32 --valid-every 0 --checkpoint-every 0 "
       "--svg 0 --log-every 1";
   const std::string clip = " --warmup 20 --clip-norm 0.5";
-  const std::string a = dir("a"), b = dir("b");
+  const std::string a = path("a"), b = path("b");
   CliResult r = run("train --model-dir " + a + " --steps 2 " + common + clip);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // The stored training options win on --resume: a different --clip-norm and --warmup are ignored.
@@ -209,7 +209,7 @@ TEST_F(Cli, TrainResumeTranslateEvaluateAverage) {
   expect_same_files(a, b, {"checkpoint_4.safetensors", "model.safetensors", "spm.model"});
 
   // translate: stdin to stdout keeps one line per line, empty ones included.
-  const std::string in = dir("in.txt");
+  const std::string in = path("in.txt");
   write_file(in, "the red cat\n\na big dog sleeps\n");
   r = run("translate --threads 1 --greedy --model-dir " + a, in);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -222,7 +222,7 @@ TEST_F(Cli, TrainResumeTranslateEvaluateAverage) {
   ASSERT_EQ(lines.size(), 3u) << r.out;
   EXPECT_EQ(lines[1], "");
   // Files in and out, beam search: the same model gives what the library gives.
-  const std::string out = dir("out.txt");
+  const std::string out = path("out.txt");
   r = run("translate --threads 1 --model-dir " + a + " --input " + test_src + " --output " + out);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   tr::Translator translator(a);
@@ -257,11 +257,11 @@ TEST_F(Cli, NoEvalEndsTrainingWithoutValidationOrTestBleu) {
         {"valid-", &d.valid},
         {"test-", &d.test}}) {
     ASSERT_FALSE(corpus->empty()) << name;
-    tr::write_lines(dir(name + "src"), corpus->src);
-    tr::write_lines(dir(name + "tgt"), corpus->tgt);
-    data += " --" + name + "src " + dir(name + "src") + " --" + name + "tgt " + dir(name + "tgt");
+    tr::write_lines(path(name + "src"), corpus->src);
+    tr::write_lines(path(name + "tgt"), corpus->tgt);
+    data += " --" + name + "src " + path(name + "src") + " --" + name + "tgt " + path(name + "tgt");
   }
-  const std::string evaluated = dir("evaluated"), timed = dir("timed");
+  const std::string evaluated = path("evaluated"), timed = path("timed");
   CliResult r = run("train --model-dir " + evaluated + data);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "valid step 2 | loss ")) << r.err;
@@ -272,10 +272,10 @@ TEST_F(Cli, NoEvalEndsTrainingWithoutValidationOrTestBleu) {
   EXPECT_EQ(r.out, "");
   expect_same_files(evaluated, timed, {"model.safetensors"});
   // Validating every N updates and not at all contradict each other: CLI11's parse error.
-  r = run("train --model-dir " + dir("both") + data + " --no-eval --valid-every 1");
+  r = run("train --model-dir " + path("both") + data + " --no-eval --valid-every 1");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(contains(r.err, "--valid-every excludes --no-eval")) << r.err;
-  EXPECT_FALSE(fs::exists(dir("both")));
+  EXPECT_FALSE(fs::exists(path("both")));
 }
 
 // An interactive session: each line is answered while stdin stays open, as a person typing

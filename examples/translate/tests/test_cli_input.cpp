@@ -26,20 +26,20 @@ TEST_F(Cli, ATestLineLongerThanMaxLenIsNamedBeforeTraining) {
       "--checkpoint-every 1 --svg 0";
   for (const auto& [name, corpus] :
        {std::pair<std::string, const tr::ParallelCorpus*>{"", &d.train}, {"test-", &d.test}}) {
-    tr::write_lines(dir(name + "src"), corpus->src);
-    tr::write_lines(dir(name + "tgt"), corpus->tgt);
-    data += " --" + name + "src " + dir(name + "src") + " --" + name + "tgt " + dir(name + "tgt");
+    tr::write_lines(path(name + "src"), corpus->src);
+    tr::write_lines(path(name + "tgt"), corpus->tgt);
+    data += " --" + name + "src " + path(name + "src") + " --" + name + "tgt " + path(name + "tgt");
   }
-  const std::string model = dir("model");
+  const std::string model = path("model");
   expect_error(run("train --model-dir " + model + data),
                {"test line 2 has ", " subword tokens, more than the model's max_len 32"});
   EXPECT_FALSE(fs::exists(model + "/checkpoint_1.safetensors"));
-  const CliResult r = run("train --model-dir " + dir("timed") + data + " --no-eval");
+  const CliResult r = run("train --model-dir " + path("timed") + data + " --no-eval");
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 TEST_F(Cli, BadTrainingDataIsRefusedAndNothingIsWritten) {
-  const std::string model = dir("model"), good_en = dir("good.en"), good_de = dir("good.de");
+  const std::string model = path("model"), good_en = path("good.en"), good_de = path("good.de");
   write_file(good_en, "one\ntwo\nthree\n");
   write_file(good_de, "eins\nzwei\ndrei\n");
   auto train = [&](const std::string& src, const std::string& tgt) {
@@ -47,24 +47,24 @@ TEST_F(Cli, BadTrainingDataIsRefusedAndNothingIsWritten) {
                " --steps 1");
   };
 
-  const std::string missing = dir("missing.en");
+  const std::string missing = path("missing.en");
   expect_error(train(missing, good_de), {"cannot open '" + missing + "' for reading"});
 
-  const std::string directory = dir("a_directory");
+  const std::string directory = path("a_directory");
   fs::create_directories(directory);
   expect_error(train(good_en, directory), {"cannot read '" + directory + "'"});
 
-  const std::string two = dir("two.de");
+  const std::string two = path("two.de");
   write_file(two, "eins\nzwei\n");
   expect_error(train(good_en, two), {"parallel files must have the same number of lines",
                                      "'" + good_en + "' has 3", "'" + two + "' has 2"});
 
-  const std::string empty = dir("empty.de");
+  const std::string empty = path("empty.de");
   write_file(empty, "eins\n \ndrei\n");
   expect_error(train(good_en, empty),
                {"'" + empty + "' line 2: expected a sentence, found an empty line"});
 
-  const std::string bad = dir("bad.en");
+  const std::string bad = path("bad.en");
   write_file(bad,
              "one\ntwo\nthr\xe9"
              "e\n");  // Latin-1, not UTF-8
@@ -76,7 +76,7 @@ TEST_F(Cli, BadTrainingDataIsRefusedAndNothingIsWritten) {
   expect_error(run("train --threads 1 --model-dir " + model + " --src " + good_en),
                {"--src and --tgt go together"});
   // Validation or test sets given but empty: refused, not skipped.
-  const std::string nothing = dir("nothing.txt");
+  const std::string nothing = path("nothing.txt");
   write_file(nothing, "");
   for (const std::string set : {"valid", "test"})
     expect_error(
@@ -88,10 +88,10 @@ TEST_F(Cli, BadTrainingDataIsRefusedAndNothingIsWritten) {
 }
 
 TEST_F(Cli, CorruptGettextCatalogIsNamed) {
-  const std::string model = dir("model"), mo = dir("mo");
+  const std::string model = path("model"), mo = path("mo");
   // The built-in corpus's other sources absent, so that the catalogs are all there is.
   const std::string no_other_sources =
-      " --mix gettext --apt-lists-dir " + dir("no_lists") + " --dictionary " + dir("no_dictionary");
+      " --mix gettext --apt-lists-dir " + path("no_lists") + " --dictionary " + path("no_dictionary");
   fs::create_directories(mo);
   auto train = [&] {
     return run("train --threads 1 --model-dir " + model + no_other_sources + " --gettext-dir " +
@@ -114,24 +114,24 @@ TEST_F(Cli, CorruptGettextCatalogIsNamed) {
                          "byte 68, beyond the end of the file (28 bytes)"});
   EXPECT_FALSE(fs::exists(model));
   expect_error(run("train --threads 1 --model-dir " + model + no_other_sources + " --gettext-dir " +
-                   dir("none")),
+                   path("none")),
                {"no source of the built-in corpus could be read: ",
                 "trans-de-en dictionary: cannot open the dictionary",
-                "gettext catalogs: cannot list the gettext catalogs in '" + dir("none") + "'"});
+                "gettext catalogs: cannot list the gettext catalogs in '" + path("none") + "'"});
 }
 
 TEST_F(Cli, BadTranslateInputIsRefusedAndTheOutputKept) {
-  const std::string out = dir("out.txt");
+  const std::string out = path("out.txt");
   write_file(out, "previous results\n");
   auto translate = [&](const std::string& args, const std::string& in = "/dev/null") {
     return run(
         "translate --threads 1 --greedy --model-dir " + model() + " --output " + out + " " + args,
         in);
   };
-  const std::string missing = dir("missing.txt");
+  const std::string missing = path("missing.txt");
   expect_error(translate("--input " + missing), {"cannot open '" + missing + "' for reading"});
 
-  const std::string bad = dir("bad.txt");
+  const std::string bad = path("bad.txt");
   write_file(bad, "the cat\nred \xc3\x28 dog\n");
   expect_error(translate("", bad),
                {"<stdin> line 2: expected UTF-8 text, found an invalid byte sequence at byte "
@@ -143,7 +143,7 @@ TEST_F(Cli, BadTranslateInputIsRefusedAndTheOutputKept) {
 
   std::string long_line;
   for (int i = 0; i < 40; ++i) long_line += "house ";
-  const std::string too_long = dir("long.txt");
+  const std::string too_long = path("long.txt");
   write_file(too_long, "the cat\n\n" + long_line + "\n");
   const std::size_t tokens = tr::Translator(model()).vocab().encode(long_line).size();
   expect_error(translate("--input " + too_long),
@@ -153,7 +153,7 @@ TEST_F(Cli, BadTranslateInputIsRefusedAndTheOutputKept) {
 
   // A line of more bytes than max_len tokens can hold is refused unencoded; from an endless pipe
   // the stream mode stops reading it at that length.
-  const std::string huge = dir("huge.txt");
+  const std::string huge = path("huge.txt");
   write_file(huge, "the cat\n" + std::string(1 << 20, 'a') + "\n");
   expect_error(translate("--input " + huge),
                {"'" + huge +
@@ -163,14 +163,14 @@ TEST_F(Cli, BadTranslateInputIsRefusedAndTheOutputKept) {
                {"<stdin> line 1 is longer than 2048 bytes (64 per subword token of the model's "
                 "max_len 32); it is refused unread"});
 
-  const std::string no_model = dir("no_model");
+  const std::string no_model = path("no_model");
   expect_error(run("translate --model-dir " + no_model),
                {"cannot open " + no_model + "/spm.model: No such file or directory"});
   EXPECT_EQ(read_file(out), "previous results\n");
 }
 
 TEST_F(Cli, EvaluateRefusesMisalignedFiles) {
-  const std::string src = dir("test.en"), ref = dir("test.de"), hyp = dir("hyp.de");
+  const std::string src = path("test.en"), ref = path("test.de"), hyp = path("hyp.de");
   write_file(src, "the cat\na dog\nred\n");
   write_file(ref, "die Katze\nein Hund\n");
   write_file(hyp, "Katze\n\nrot\n");  // an empty hypothesis is allowed

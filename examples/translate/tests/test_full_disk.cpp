@@ -90,7 +90,7 @@ class FullDisk : public TempDirTest {
 TEST_F(FullDisk, ANewVocabularyKeepsTheOldSpmModelAndVocabTxt) {
   // SubwordVocab::train writes spm.model (kilobytes), then vocab.txt (tens of bytes): any limit
   // stops spm.model first, so a full disk must leave the old pair, which still loads together.
-  const std::string d = dir("vocab");
+  const std::string d = path("vocab");
   const VocabularyPair v = train_first_vocabulary(d);
   const std::string vocab_txt = read_file(d + "/vocab.txt");
   const std::string m =
@@ -108,7 +108,7 @@ TEST_F(FullDisk, AFailedVocabTxtKeepsTheOldOne) {
   // (before_atomic_write, atomic_file.hpp) lowers the limit once spm.model is in place, before
   // vocab.txt's temporary is created; the write then fails in the kernel, as on a disk that
   // filled up between the two files.
-  const std::string d = dir("vocab"), vocab_txt = d + "/vocab.txt";
+  const std::string d = path("vocab"), vocab_txt = d + "/vocab.txt";
   const VocabularyPair v = train_first_vocabulary(d);
   const std::string old_vocab_txt = read_file(vocab_txt), old_spm = read_file(d + "/spm.model");
   const std::set<std::string> names = listing(d);
@@ -136,41 +136,41 @@ TEST_F(FullDisk, AFailedVocabTxtKeepsTheOldOne) {
 }
 
 TEST_F(FullDisk, CurvesSvgKeepsTheOldPlot) {
-  const std::string path = dir("curves.svg");
-  tr::write_curves_svg(path, {{10, 5.0, 5.5, 0.5}});
+  const std::string svg = path("curves.svg");
+  tr::write_curves_svg(svg, {{10, 5.0, 5.5, 0.5}});
   const std::vector<tr::CurvePoint> longer = {
       {10, 5.0, 5.5, 0.5}, {20, 4.0, 4.5, 1.5}, {30, 3.0, 3.5, 2.5}, {40, 2.5, 3.0, 4.0}};
-  const std::string m = full_disk_error(path, 512, [&] { tr::write_curves_svg(path, longer); });
-  EXPECT_TRUE(contains(m, "cannot write " + path + " (via ")) << m;
+  const std::string m = full_disk_error(svg, 512, [&] { tr::write_curves_svg(svg, longer); });
+  EXPECT_TRUE(contains(m, "cannot write " + svg + " (via ")) << m;
   EXPECT_TRUE(contains(m, "File too large")) << m;
 }
 
 TEST_F(FullDisk, AttentionSvgKeepsTheOldPlot) {
-  const std::string path = dir("attention.svg");
+  const std::string svg = path("attention.svg");
   tr::Translator translator(model_dir());
   auto plot = [&](const std::string& sentence) {
-    tr::write_attention_svg(path, translator.model(), translator.vocab(),
+    tr::write_attention_svg(svg, translator.model(), translator.vocab(),
                             {translator.vocab().encode(sentence)}, {sentence});
   };
   plot("the cat");
-  const std::string m = full_disk_error(path, 512, [&] { plot("the big red dog sleeps"); });
-  EXPECT_TRUE(contains(m, "cannot write " + path + " (via ")) << m;
+  const std::string m = full_disk_error(svg, 512, [&] { plot("the big red dog sleeps"); });
+  EXPECT_TRUE(contains(m, "cannot write " + svg + " (via ")) << m;
   EXPECT_TRUE(contains(m, "File too large")) << m;
 }
 
 TEST_F(FullDisk, TranslateOutputKeepsTheOldFile) {
   // The CLI as a user runs it: exit 1, one error line naming the file, the old results kept.
-  const std::string out = dir("out.txt"), in = dir("in.txt");
+  const std::string out = path("out.txt"), in = path("in.txt");
   write_file(out, "previous results\n");
   std::string lines;
   for (int i = 0; i < 1200; ++i) lines += "the red cat\n";  // at least 1200 bytes of output
   write_file(in, lines);
   const std::string args = "translate --threads 1 --greedy --model-dir " + model_dir() +
                            " --input " + in + " --output " + out;
-  for (const char* capture : {"cli.stdout", "cli.stderr"}) write_file(dir(capture), "");
+  for (const char* capture : {"cli.stdout", "cli.stderr"}) write_file(path(capture), "");
   CliResult failed;
   const std::string m = full_disk_error(out, 1024, [&] {
-    const CliResult r = run_cli(args, root_.string());
+    const CliResult r = run_cli(args, dir_);
     if (failed.exit_code == -1) failed = r;  // the run under the limit
     if (r.exit_code != 0) throw attn::IOError(r.err);
   });

@@ -55,24 +55,24 @@ class FullDiskModels : public TempDirTest {
   /// checks the failure and returns the copy. `written` is the file the run fails to write.
   std::string expect_full_disk(std::string args, const std::string& sized_like,
                                const std::string& written) {
-    const std::string m = dir("model");
+    const std::string m = path("model");
     fs::copy(model(), m, fs::copy_options::recursive);
     args.replace(args.find("MODEL"), 5, m);
-    const std::string path = m + "/" + written;
+    const std::string target = m + "/" + written;
     const auto limit = static_cast<rlim_t>(fs::file_size(m + "/" + sized_like) / 2);
     const std::map<std::string, std::string> before = snapshot(m);
-    for (const char* capture : {"cli.stdout", "cli.stderr"}) write_file(dir(capture), "");
+    for (const char* capture : {"cli.stdout", "cli.stderr"}) write_file(path(capture), "");
     CliResult r;
     {
       FileSizeLimit full(limit);
-      r = run_cli(args, root_.string());
+      r = run_cli(args, dir_);
     }
     EXPECT_EQ(r.exit_code, 1) << r.err;
     const auto lines = r.err_lines();
     EXPECT_FALSE(lines.empty());
     const std::string last = lines.empty() ? "" : lines.back();
     EXPECT_EQ(
-        last.rfind("attn-translate: error: cannot write " + path + " (via " + path + ".tmp.", 0),
+        last.rfind("attn-translate: error: cannot write " + target + " (via " + target + ".tmp.", 0),
         0u)
         << r.err;
     EXPECT_TRUE(contains(last, "): File too large")) << last;
@@ -80,9 +80,9 @@ class FullDiskModels : public TempDirTest {
     EXPECT_TRUE(after == before) << "the failed run changed or added files in " << m;
     for (const auto& [name, bytes] : after)
       EXPECT_TRUE(before.count(name) && before.at(name) == bytes) << name;
-    r = run_cli(args, root_.string());
+    r = run_cli(args, dir_);
     EXPECT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_GT(fs::file_size(path), limit) << "the new " << path << " fits under the limit";
+    EXPECT_GT(fs::file_size(target), limit) << "the new " << target << " fits under the limit";
     return m;
   }
 

@@ -34,7 +34,7 @@ class HostilePaths : public TrainedModelTest {
 
 TEST_F(HostilePaths, OutputOntoAFifoOrASymlinkIsRefusedAndLeftAsItWas) {
   // Both were replaced by a regular file, exit 0 (as root, --output /dev/full replaced the device).
-  const std::string fifo = dir("fifo"), target = dir("target.txt"), link = dir("link");
+  const std::string fifo = path("fifo"), target = path("target.txt"), link = path("link");
   make_fifo(fifo);
   write_file(target, "keep me\n");
   fs::create_symlink(target, link);
@@ -61,7 +61,7 @@ TEST_F(HostilePaths, AFifoInPlaceOfAModelFileIsRefusedAtOnce) {
     make_fifo(m + "/" + name);
     expect_cli_error(run_command("timeout 60 " + std::string(ATTN_TRANSLATE_BIN) +
                                      " translate --threads 1 --model-dir " + m,
-                                 root_.string(), input("the red cat\n")),
+                                 dir_, input("the red cat\n")),
                      {m + "/" + name + ": expected a regular file, found a FIFO"});
     fs::remove_all(m);
   }
@@ -77,7 +77,7 @@ TEST_F(HostilePaths, ADanglingModelLinkIsNamed) {
                    {"cannot open " + final_model + ": No such file or directory"});
   for (const auto& entry : fs::directory_iterator(m))
     if (entry.path().filename().string().rfind("checkpoint_", 0) == 0) fs::remove(entry.path());
-  const std::string src = dir("s.txt"), tgt = dir("t.txt");
+  const std::string src = path("s.txt"), tgt = path("t.txt");
   write_file(src, "a cat\n");
   write_file(tgt, "eine katze\n");
   expect_cli_error(run("train --threads 1 --model-dir " + m + " --src " + src + " --tgt " + tgt),
@@ -147,7 +147,7 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.flags);
-    const std::string m = dir("m");
+    const std::string m = path("m");
     const CliResult r = run("train --preset tiny --model-dir " + m + " " + c.flags);
     EXPECT_NE(r.exit_code, 0);
     EXPECT_TRUE(contains(r.err, c.expected)) << r.err;
@@ -157,10 +157,10 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
 
 TEST_F(HostilePaths, TokensPerUpdateBeyondTheTrainingDataIsRefused) {
   const tr::CorpusSplit data = split();
-  tr::write_lines(dir("train.en"), data.train.src);
-  tr::write_lines(dir("train.de"), data.train.tgt);
-  expect_cli_error(run("train --threads 1 --preset tiny --vocab-size 60 --model-dir " + dir("m") +
-                       " --src " + dir("train.en") + " --tgt " + dir("train.de") +
+  tr::write_lines(path("train.en"), data.train.src);
+  tr::write_lines(path("train.de"), data.train.tgt);
+  expect_cli_error(run("train --threads 1 --preset tiny --vocab-size 60 --model-dir " + path("m") +
+                       " --src " + path("train.en") + " --tgt " + path("train.de") +
                        " --tokens-per-update 1000000000 --steps 1 --no-eval"),
                    {"--tokens-per-update 1000000000 is more than the ",
                     " target tokens of all the training data"});
@@ -172,14 +172,14 @@ TEST_F(HostilePaths, AFullStandardOutputIsAnError) {
   const std::string bin = ATTN_TRANSLATE_BIN, one = input("the red cat\n");
   std::string many;
   for (int i = 0; i < 2000; ++i) many += "the red cat\n";
-  const std::string in = dir("many.txt"), refs = dir("refs.txt");
+  const std::string in = path("many.txt"), refs = path("refs.txt");
   write_file(in, many);
   write_file(refs, "die rote Katze\n");
   for (const std::string& args : {"translate --threads 1 --model-dir " + model() + " --input " + in,
                                   "translate --threads 1 --model-dir " + model() + " < " + one,
                                   "evaluate --hyp " + refs + " --ref " + refs}) {
     SCOPED_TRACE(args);
-    const CliResult r = run_command("sh -c '" + bin + " " + args + " > /dev/full'", root_.string());
+    const CliResult r = run_command("sh -c '" + bin + " " + args + " > /dev/full'", dir_);
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_TRUE(contains(r.err, "to standard output: No space left on device")) << r.err;
   }
@@ -197,7 +197,7 @@ TEST_F(HostilePaths, InteractiveTranslateDropsAByteOrderMark) {
 
 TEST_F(HostilePaths, EvaluateRefusesNothingToScore) {
   // BLEU = 0.00 and exit 0 before.
-  const std::string empty = dir("empty.txt"), blank = dir("blank.txt"), hyp = dir("hyp.txt");
+  const std::string empty = path("empty.txt"), blank = path("blank.txt"), hyp = path("hyp.txt");
   write_file(empty, "");
   write_file(blank, "\n\n");
   write_file(hyp, "a b\nc d\n");
@@ -213,7 +213,7 @@ TEST_F(HostilePaths, AnUnknownAttnGemmIsRefused) {
   // Ignored before: the automatic path ran, and a mistyped "eigen" tested nothing.
   const CliResult r = run_command("ATTN_GEMM=EIGEN " + std::string(ATTN_TRANSLATE_BIN) +
                                       " translate --threads 1 --model-dir " + model(),
-                                  root_.string(), input("red cat\n"));
+                                  dir_, input("red cat\n"));
   expect_cli_error(r, {"ATTN_GEMM: expected eigen, avx2, avx512 or nothing (automatic), got "
                        "'EIGEN'"});
 }
@@ -222,16 +222,16 @@ TEST_F(HostilePaths, TheReportNamesTheCheckpointsAveraged) {
   // The test-BLEU line said "average of the last 5 checkpoints" where 2 were averaged.
   const tr::CorpusSplit data = split();
   for (const char* side : {"src", "tgt"}) {
-    tr::write_lines(dir(std::string("train.") + side),
+    tr::write_lines(path(std::string("train.") + side),
                     side[0] == 's' ? data.train.src : data.train.tgt);
-    tr::write_lines(dir(std::string("test.") + side),
+    tr::write_lines(path(std::string("test.") + side),
                     side[0] == 's' ? data.test.src : data.test.tgt);
   }
   const CliResult r =
       run("train --threads 1 --preset tiny --vocab-size 60 --max-tokens 128 --max-len 32 "
           "--warmup 20 --model-dir " +
-          dir("m") + " --src " + dir("train.src") + " --tgt " + dir("train.tgt") + " --test-src " +
-          dir("test.src") + " --test-tgt " + dir("test.tgt") +
+          path("m") + " --src " + path("train.src") + " --tgt " + path("train.tgt") + " --test-src " +
+          path("test.src") + " --test-tgt " + path("test.tgt") +
           " --steps 2 --checkpoint-every 1 --keep 5 --average 5 --valid-every 0 --show 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "model.safetensors = average of the last 2 checkpoints")) << r.out;
@@ -240,7 +240,7 @@ TEST_F(HostilePaths, TheReportNamesTheCheckpointsAveraged) {
 // --resume on other, smaller data: the data is named, not every checkpoint as failing to load
 // (the check of --tokens-per-update against the data came before the data's fingerprint).
 TEST_F(HostilePaths, ResumeOnSmallerOtherDataNamesTheData) {
-  tr::TrainOptions o = tiny_options(dir("m"));  // 300 target tokens per update
+  tr::TrainOptions o = tiny_options(path("m"));  // 300 target tokens per update
   {
     tr::Trainer t(o, split());
     t.train(1);

@@ -25,24 +25,24 @@ namespace {
 class Mpi : public TempDirTest {
  protected:
   void SetUp() override {
-    TempDirTest::SetUp();
+    ASSERT_NO_FATAL_FAILURE(TempDirTest::SetUp());
     const tr::CorpusSplit d = split();
-    tr::write_lines(dir("train.en"), d.train.src);
-    tr::write_lines(dir("train.de"), d.train.tgt);
+    tr::write_lines(path("train.en"), d.train.src);
+    tr::write_lines(path("train.de"), d.train.tgt);
   }
   /// Flags shared by every run: the tiny preset on the synthetic corpus, several batches of
   /// several rows per update (so both sharing and accumulation are exercised), 1 thread a rank
   /// unless `threads` says otherwise ("": the default).
   std::string common(double dropout, const std::string& threads = "--threads 1") const {
-    return threads + " --src " + dir("train.en") + " --tgt " + dir("train.de") +
+    return threads + " --src " + path("train.en") + " --tgt " + path("train.de") +
            " --preset tiny --dropout " + std::to_string(dropout) +
            " --vocab-size 60 --max-tokens 128 --tokens-per-update 300 --max-len 32 --warmup 20"
            " --valid-every 0 --checkpoint-every 0 --svg 0 --log-every 1";
   }
-  CliResult run(const std::string& args) const { return run_cli(args, root_.string()); }
+  CliResult run(const std::string& args) const { return run_cli(args, dir_); }
   /// `mpiexec <launch>`: "-n 2 BIN args" or an MPMD line "-n 1 BIN a : -n 1 BIN b".
   CliResult mpirun(const std::string& launch) const {
-    return run_command(std::string(ATTN_MPIEXEC) + " " + launch, root_.string());
+    return run_command(std::string(ATTN_MPIEXEC) + " " + launch, dir_);
   }
   CliResult ranks(int n, const std::string& args) const {
     return mpirun("-n " + std::to_string(n) + " " + std::string(ATTN_TRANSLATE_BIN) + " " + args);
@@ -70,7 +70,7 @@ void expect_same_checkpoints(const std::string& a, const std::string& b, int ste
 }
 
 void Mpi::expect_overlap_changes_no_bit(int n) const {
-  const std::string during = dir("during"), after = dir("after");
+  const std::string during = path("during"), after = path("after");
   if (train(n, during, 3, "", 0.1).exit_code != 0) return;
   if (train(n, after, 3, "--no-overlap-allreduce", 0.1).exit_code != 0) return;
   expect_same_checkpoints(during, after, 3);
@@ -104,13 +104,13 @@ bool is_second_moment(const std::string& name) {
 }
 
 TEST_F(Mpi, TwoRanksWithHalfOfEachBatchTrainWhatOneProcessTrainsOnTheWholeBatch) {
-  const std::string one = dir("one"), two = dir("two");
+  const std::string one = path("one"), two = path("two");
   if (train(0, one, 2, "", 0).exit_code != 0) return;
   const CliResult r = train(2, two, 2, "", 0);
   if (r.exit_code != 0) return;
   // Rank 0 logs the global loss: the same figures as one process, once.
   EXPECT_TRUE(contains(r.err, "step 2 | loss ")) << r.err;
-  const CliResult alone = train(0, dir("again"), 2, "", 0);
+  const CliResult alone = train(0, path("again"), 2, "", 0);
   const auto loss_of = [](const std::string& log) {
     const auto at = log.find("step 2 | loss ");
     return at == std::string::npos ? std::string() : log.substr(at, 24);
@@ -147,14 +147,14 @@ TEST_F(Mpi, TwoRanksWithHalfOfEachBatchTrainWhatOneProcessTrainsOnTheWholeBatch)
 
 TEST_F(Mpi, ResumeWithTheSameRanksIsBitExact) {
   // Dropout on: each rank's stream must be restored from a checkpoint that holds only rank 0's.
-  const std::string a = dir("a"), b = dir("b");
+  const std::string a = path("a"), b = path("b");
   if (train(2, a, 2, "", 0.1).exit_code != 0) return;
   if (train(2, a, 4, "--resume", 0.1).exit_code != 0) return;
   if (train(2, b, 4, "", 0.1).exit_code != 0) return;
   expect_same_checkpoints(a, b, 4);
   // The ranks' dropout streams differ: one process with dropout trains another model.
-  if (train(0, dir("one"), 4, "", 0.1).exit_code != 0) return;
-  EXPECT_FALSE(read_file(dir("one") + "/checkpoint_4.safetensors") ==
+  if (train(0, path("one"), 4, "", 0.1).exit_code != 0) return;
+  EXPECT_FALSE(read_file(path("one") + "/checkpoint_4.safetensors") ==
                read_file(b + "/checkpoint_4.safetensors"));
 }
 
@@ -168,13 +168,13 @@ TEST_F(Mpi, SummingDuringBackwardGivesTheBitsOfSummingAfterItOnThreeRanks) {
 
 TEST_F(Mpi, ABadFileOnOneRankStopsEveryRankWithItsMessage) {
   // Rank 1's copy of the corpus is corrupt (on another machine, say); rank 0 is waiting for it.
-  std::string bytes = read_file(dir("train.en"));
+  std::string bytes = read_file(path("train.en"));
   bytes.insert(bytes.find('\n') + 1, "\xff\xfe broken\n");
-  write_file(dir("bad.en"), bytes);
+  write_file(path("bad.en"), bytes);
   const std::string bin = ATTN_TRANSLATE_BIN;
-  const std::string args = " train --model-dir " + dir("m") + " --steps 50 " + common(0);
+  const std::string args = " train --model-dir " + path("m") + " --steps 50 " + common(0);
   std::string bad_args = args;
-  bad_args.replace(bad_args.find(dir("train.en")), dir("train.en").size(), dir("bad.en"));
+  bad_args.replace(bad_args.find(path("train.en")), path("train.en").size(), path("bad.en"));
   const auto start = std::chrono::steady_clock::now();
   const CliResult r = mpirun("-n 1 " + bin + args + " : -n 1 " + bin + bad_args);
   const double seconds =
@@ -184,7 +184,7 @@ TEST_F(Mpi, ABadFileOnOneRankStopsEveryRankWithItsMessage) {
   EXPECT_TRUE(contains(r.err, "bad.en")) << r.err;
   EXPECT_TRUE(contains(r.err, "UTF-8")) << r.err;
   EXPECT_LT(seconds, 30);
-  EXPECT_FALSE(fs::exists(dir("m") + "/model.safetensors"));
+  EXPECT_FALSE(fs::exists(path("m") + "/model.safetensors"));
 }
 
 TEST_F(Mpi, ANanLossOnOneRankInTheMiddleOfAnUpdateStopsEveryRankWithItsMessage) {
@@ -197,7 +197,7 @@ TEST_F(Mpi, ANanLossOnOneRankInTheMiddleOfAnUpdateStopsEveryRankWithItsMessage) 
   std::string flags = common(0);  // a checkpoint after every update
   flags.replace(flags.find("--checkpoint-every 0"), 20, "--checkpoint-every 1");
   for (const std::string overlap : {"", " --no-overlap-allreduce"}) {
-    const std::string m = dir(overlap.empty() ? "during" : "after");
+    const std::string m = path(overlap.empty() ? "during" : "after");
     const std::string args = " train --model-dir " + m + " --steps 4" + overlap + " " + flags;
     const auto start = std::chrono::steady_clock::now();
     const CliResult r =
@@ -225,10 +225,10 @@ TEST_F(Mpi, ASignalToOneRankStopsEveryRankAfterTheSameUpdate) {
   // after the same update, and rank 0 write its checkpoint. `timeout` ends a hang.
   std::string flags = common(0);
   flags.replace(flags.find("--checkpoint-every 0"), 20, "--checkpoint-every 1");
-  const std::string m = dir("m"), pid = dir("rank1.pid"), err = dir("err"), rc = dir("rc");
+  const std::string m = path("m"), pid = path("rank1.pid"), err = path("err"), rc = path("rc");
   const std::string run =
       std::string(ATTN_TRANSLATE_BIN) + " train --model-dir " + m + " --steps 1000000 " + flags;
-  write_file(dir("job.sh"), "timeout -s KILL 60 " + std::string(ATTN_MPIEXEC) + " -n 1 " + run +
+  write_file(path("job.sh"), "timeout -s KILL 60 " + std::string(ATTN_MPIEXEC) + " -n 1 " + run +
                                 " : -n 1 sh -c 'echo $$ > " + pid + "; exec " + run + "' 2> " +
                                 err +
                                 " &\njob=$!\nfor i in $(seq 600); do\n"
@@ -237,7 +237,7 @@ TEST_F(Mpi, ASignalToOneRankStopsEveryRankAfterTheSameUpdate) {
                                 "/checkpoint_*.safetensors >/dev/null 2>&1"
                                 " && break\n  sleep 0.1\ndone\nsleep 1\nkill -TERM $(cat " +
                                 pid + ")\nwait $job\necho $? > " + rc + "\n");
-  ASSERT_EQ(std::system(("sh " + dir("job.sh")).c_str()), 0);
+  ASSERT_EQ(std::system(("sh " + path("job.sh")).c_str()), 0);
   const std::string log = read_file(err);
   EXPECT_NE(read_file(rc), "137\n") << "killed by the timeout: a rank was left waiting\n" << log;
   // Every rank that prints "interrupted by SIGTERM at step N" names the same N (mpirun may end
@@ -258,13 +258,13 @@ TEST_F(Mpi, ASignalToOneRankStopsEveryRankAfterTheSameUpdate) {
 TEST_F(Mpi, RanksThatWouldTrainDifferentlyAreStoppedBeforeTheFirstStep) {
   // Different --steps would leave one rank waiting for the other: refused, by every rank at once.
   const std::string bin = ATTN_TRANSLATE_BIN;
-  const std::string args = " train --model-dir " + dir("m") + " " + common(0);
+  const std::string args = " train --model-dir " + path("m") + " " + common(0);
   const CliResult r =
       mpirun("-n 1 " + bin + args + " --steps 3 : -n 1 " + bin + args + " --steps 4");
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_TRUE(contains(r.err, "attn-translate: error: rank 1's training options")) << r.err;
   EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;  // agreed, so no rank is killed
-  EXPECT_FALSE(fs::exists(dir("m") + "/checkpoint_3.safetensors"));
+  EXPECT_FALSE(fs::exists(path("m") + "/checkpoint_3.safetensors"));
 }
 
 TEST_F(Mpi, ARankBoundToOneCoreTrainsWithOneThreadByDefaultAndWarnsOfMore) {
@@ -272,7 +272,7 @@ TEST_F(Mpi, ARankBoundToOneCoreTrainsWithOneThreadByDefaultAndWarnsOfMore) {
   // a later --bind-to core wins): two threads there would only take turns on that core.
   const std::string bin = ATTN_TRANSLATE_BIN;
   const auto args = [&](const std::string& m, const std::string& threads) {
-    return " train --model-dir " + dir(m) + " --steps 1 " + common(0, threads);
+    return " train --model-dir " + path(m) + " --steps 1 " + common(0, threads);
   };
   const CliResult bound = mpirun("--bind-to hwthread -n 1 " + bin + args("bound", ""));
   EXPECT_EQ(bound.exit_code, 0) << bound.err;

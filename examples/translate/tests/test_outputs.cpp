@@ -26,7 +26,7 @@ class Outputs : public TrainedModelTest {
   /// written by a shell that then kills itself.
   std::string killed_writer_leftover(const std::string& path) {
     run_command("sh -c 'echo partial > \"$0.tmp.$$\"; echo $$ > \"$0.pid\"; kill -KILL $$' " + path,
-                root_.string());
+                dir_);
     const std::string leftover = path + ".tmp." + tr::read_lines(path + ".pid").at(0);
     fs::remove(path + ".pid");
     EXPECT_TRUE(fs::exists(leftover)) << leftover;
@@ -36,9 +36,9 @@ class Outputs : public TrainedModelTest {
 
 TEST_F(Outputs, TranslateOutputRemovesTheTemporariesOfKilledWriters) {
   // A killed `translate --output f` left f.tmp.<pid> behind for good.
-  const std::string out = dir("out.txt");
+  const std::string out = path("out.txt");
   const std::string killed = killed_writer_leftover(out);
-  const std::string other = killed_writer_leftover(dir("other.txt"));
+  const std::string other = killed_writer_leftover(path("other.txt"));
   const std::string alive = out + ".tmp.1";  // pid 1 exists: its writer may still be at work
   write_file(alive, "partial");
   const CliResult r = run("translate --threads 1 --greedy --model-dir " + model() + " --input " +
@@ -52,7 +52,7 @@ TEST_F(Outputs, TranslateOutputRemovesTheTemporariesOfKilledWriters) {
 
 TEST_F(Outputs, AverageRefusesToWriteANonFiniteModel) {
   // translate and --resume refuse a model with a NaN weight; average used to write one.
-  const std::string m = model_copy(), out = dir("averaged.safetensors");
+  const std::string m = model_copy(), out = path("averaged.safetensors");
   const auto ckpts = tr::list_checkpoints(m);
   ASSERT_EQ(ckpts.size(), 2u);  // steps 2 and 4
   const std::string poisoned = ckpts.back().second, final_model = tr::final_model_path(m);
@@ -75,7 +75,7 @@ TEST_F(Outputs, AverageRefusesToWriteANonFiniteModel) {
                        " --output " + out),
                    {"average: not writing " + out + ": " + why});
   EXPECT_FALSE(fs::exists(out));
-  for (const auto& e : fs::recursive_directory_iterator(root_))
+  for (const auto& e : fs::recursive_directory_iterator(dir_))
     EXPECT_FALSE(contains(e.path().filename().string(), ".tmp.")) << e.path();
 }
 

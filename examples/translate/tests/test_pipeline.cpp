@@ -74,7 +74,7 @@ void train_one_step(const tr::TrainOptions& o) {
 }  // namespace
 
 TEST_F(Pipeline, ResumeContinuesBitExactly) {
-  const std::string a = dir("a"), b = dir("b");
+  const std::string a = path("a"), b = path("b");
   tr::TrainOptions o = tiny_options(a);
   o.log_every = 1;  // every update's loss goes into the curves and so into the comparison
   {
@@ -114,7 +114,7 @@ TEST_F(Pipeline, ResumeContinuesBitExactly) {
 }
 
 TEST_F(Pipeline, ClipNormBoundsTheGradientAndSurvivesResume) {
-  tr::TrainOptions plain = tiny_options(dir("plain"));
+  tr::TrainOptions plain = tiny_options(path("plain"));
   tr::Trainer unclipped(plain, split());
   unclipped.train(1);
   const double norm = unclipped.last_grad_norm();
@@ -122,7 +122,7 @@ TEST_F(Pipeline, ClipNormBoundsTheGradientAndSurvivesResume) {
   EXPECT_NEAR(attn::grad_norm(unclipped.model().parameters()), norm, 1e-6 * norm);
 
   // A tenth of the first update's norm: every update is clipped.
-  tr::TrainOptions o = tiny_options(dir("clipped"));
+  tr::TrainOptions o = tiny_options(path("clipped"));
   o.clip_norm = norm / 10;
   {  // ends before the resume: one trainer per directory at a time (the lock)
     tr::Trainer clipped(o, split());
@@ -140,7 +140,7 @@ TEST_F(Pipeline, ClipNormBoundsTheGradientAndSurvivesResume) {
   tr::Trainer resumed(r, split());
   EXPECT_EQ(resumed.options().clip_norm, o.clip_norm);
   resumed.train(2);
-  o.model_dir = dir("straight");
+  o.model_dir = path("straight");
   tr::Trainer straight(o, split());
   straight.train(4);
   expect_same_parameters(resumed.model(), straight.model());
@@ -148,14 +148,14 @@ TEST_F(Pipeline, ClipNormBoundsTheGradientAndSurvivesResume) {
   unclipped.train(3);
   EXPECT_FALSE(same_parameters(unclipped.model(), straight.model()));
 
-  tr::TrainOptions bad = tiny_options(dir("bad"));
+  tr::TrainOptions bad = tiny_options(path("bad"));
   bad.clip_norm = -1;
   const std::string msg = error_of<attn::ConfigError>([&] { tr::Trainer t(bad, split()); });
   EXPECT_TRUE(contains(msg, "--clip-norm must be finite and >= 0 (0: off), got -1")) << msg;
 }
 
 TEST_F(Pipeline, CooldownTakesTheRateToZeroAtStepsAndResumesExactly) {
-  tr::TrainOptions o = tiny_options(dir("cool"));
+  tr::TrainOptions o = tiny_options(path("cool"));
   o.steps = 6;
   o.cooldown = 3;
   {
@@ -173,10 +173,10 @@ TEST_F(Pipeline, CooldownTakesTheRateToZeroAtStepsAndResumesExactly) {
   }
   // Resumed without --steps and with another --cooldown: the checkpoint's cooldown wins and ends
   // the run at step 6, where the rate would reach zero.
-  tr::TrainOptions r = tiny_options(dir("cool"));
+  tr::TrainOptions r = tiny_options(path("cool"));
   r.resume = true;
   r.cooldown = 0;
-  o.model_dir = dir("straight");
+  o.model_dir = path("straight");
   tr::Trainer straight(o, split());
   straight.train();
   EXPECT_EQ(straight.step(), 6);
@@ -188,7 +188,7 @@ TEST_F(Pipeline, CooldownTakesTheRateToZeroAtStepsAndResumesExactly) {
     EXPECT_EQ(resumed.step(), 6);
     expect_same_parameters(resumed.model(), straight.model());
   }
-  tr::TrainOptions plain = tiny_options(dir("plain"));
+  tr::TrainOptions plain = tiny_options(path("plain"));
   tr::Trainer uncooled(plain, split());
   uncooled.train(6);
   EXPECT_FALSE(same_parameters(uncooled.model(), straight.model()));
@@ -198,19 +198,19 @@ TEST_F(Pipeline, CooldownTakesTheRateToZeroAtStepsAndResumesExactly) {
   EXPECT_TRUE(contains(error_of<attn::ConfigError>([&] { tr::Trainer t(r, split()); }),
                        "--steps 7 goes past step 6, where this run's --cooldown 3 ends its "
                        "learning rate at zero"));
-  tr::TrainOptions no_steps = tiny_options(dir("no_steps"));
+  tr::TrainOptions no_steps = tiny_options(path("no_steps"));
   no_steps.cooldown = 2;
   EXPECT_TRUE(contains(error_of<attn::ConfigError>([&] { tr::Trainer t(no_steps, split()); }),
                        "--cooldown 2 needs --steps of at least as many updates"));
 }
 
 TEST_F(Pipeline, NormFirstBuildsAPreNormModelThatResumesAsOne) {
-  tr::TrainOptions o = tiny_options(dir("pre"));
+  tr::TrainOptions o = tiny_options(path("pre"));
   EXPECT_FALSE(tr::make_config(o, 100).norm_first);  // the paper's post-norm by default
   o.norm_first = true;
   EXPECT_TRUE(tr::make_config(o, 100).norm_first);
   train_one_step(o);
-  tr::TrainOptions r = tiny_options(dir("pre"));  // norm_first off: the checkpoint's model wins
+  tr::TrainOptions r = tiny_options(path("pre"));  // norm_first off: the checkpoint's model wins
   r.resume = true;
   tr::Trainer resumed(r, split());
   EXPECT_TRUE(resumed.model().config().norm_first);
@@ -219,7 +219,7 @@ TEST_F(Pipeline, NormFirstBuildsAPreNormModelThatResumesAsOne) {
 }
 
 TEST_F(Pipeline, TrainTranslateEvaluateAverage) {
-  const std::string a = dir("a");
+  const std::string a = path("a");
   tr::TrainOptions o = tiny_options(a);
   o.checkpoint_every = 50;
   o.average = 2;
@@ -276,7 +276,7 @@ TEST_F(Pipeline, TrainTranslateEvaluateAverage) {
   EXPECT_GT(score.score, 0.0);
 
   // Averaging by hand gives the same file as the trainer's.
-  const std::string out = dir("avg.safetensors");
+  const std::string out = path("avg.safetensors");
   tr::average_files({a + "/checkpoint_150.safetensors", a + "/checkpoint_200.safetensors"}, out);
   for (const auto& p : trainer.model().parameters())
     EXPECT_EQ(attn::load_safetensors(out).tensor<float>(p.name).vector(),
@@ -290,7 +290,7 @@ TEST_F(Pipeline, TrainTranslateEvaluateAverage) {
 // ------------------------------------------------------------------------------ bad input
 
 TEST_F(Pipeline, TranslatorRefusesBadLinesBeforeDecoding) {
-  const std::string a = dir("a");
+  const std::string a = path("a");
   train_one_step(tiny_options(a));
   tr::Translator translator(a);
   ASSERT_EQ(translator.max_len(), 32);
@@ -340,7 +340,7 @@ TEST_F(Pipeline, TranslatorRefusesBadLinesBeforeDecoding) {
 }
 
 TEST_F(Pipeline, RefusesModelDirectoryOfAnotherVocabulary) {
-  const std::string a = dir("a"), b = dir("b");
+  const std::string a = path("a"), b = path("b");
   tr::TrainOptions oa = tiny_options(a), ob = tiny_options(b);
   ob.vocab_size = 70;
   train_one_step(oa);
@@ -371,7 +371,7 @@ TEST_F(Pipeline, RefusesModelDirectoryOfAnotherVocabulary) {
 }
 
 TEST_F(Pipeline, RefusesMissingOrTruncatedModelFiles) {
-  const std::string a = dir("a");
+  const std::string a = path("a");
   tr::TrainOptions o = tiny_options(a);
   {
     tr::Trainer t(o, split());
@@ -410,13 +410,13 @@ TEST_F(Pipeline, RefusesMissingOrTruncatedModelFiles) {
                                  "checkpoint_<step>.safetensors"))
       << none;
 
-  const std::string missing = dir("missing");
+  const std::string missing = path("missing");
   const std::string gone = error_of<attn::IOError>([&] { tr::Translator t(missing); });
   EXPECT_TRUE(contains(gone, missing + "/spm.model")) << gone;
 }
 
 TEST_F(Pipeline, RefusesToOverwriteAModelWithoutResume) {
-  const std::string a = dir("a");
+  const std::string a = path("a");
   train_one_step(tiny_options(a));
   const std::string msg =
       error_of<attn::ConfigError>([&] { tr::Trainer t(tiny_options(a), split()); });
@@ -436,7 +436,7 @@ TEST_F(Pipeline, RefusesToOverwriteAModelWithoutResume) {
   EXPECT_EQ(read_file(a + "/spm.model"), vocab_before);
   EXPECT_NO_THROW(tr::Translator t(a));
 
-  tr::TrainOptions r = tiny_options(dir("empty"));
+  tr::TrainOptions r = tiny_options(path("empty"));
   r.resume = true;
   EXPECT_THROW(tr::Trainer t(r, split()), attn::IOError);
 }
@@ -449,7 +449,7 @@ TEST_F(Pipeline, OverlongTrainingPairsAreCountedOrRefused) {
   // A side of more bytes than 32 tokens can hold (64 each) is left out without being encoded,
   // though these spaces would collapse to a few tokens.
   d.train.tgt[9] = "green" + std::string(4000, ' ') + "house";
-  tr::Trainer t(tiny_options(dir("a")), d);
+  tr::Trainer t(tiny_options(path("a")), d);
   EXPECT_EQ(t.skipped_pairs(), 2u);
 
   // The sources that BLEU translates are checked before anything is trained, not when the test
@@ -457,23 +457,23 @@ TEST_F(Pipeline, OverlongTrainingPairsAreCountedOrRefused) {
   tr::CorpusSplit e = split();
   e.test.src[3] = std::string(1 << 20, ' ');
   const std::string test =
-      error_of<attn::DataError>([&] { tr::Trainer u(tiny_options(dir("c")), e); });
+      error_of<attn::DataError>([&] { tr::Trainer u(tiny_options(path("c")), e); });
   EXPECT_TRUE(contains(test,
                        "the test set's source line 4 has 1048576 bytes, more than the 64 "
                        "per subword token of --max-len 32"))
       << test;
-  EXPECT_FALSE(fs::exists(dir("c") + "/spm.model"));
+  EXPECT_FALSE(fs::exists(path("c") + "/spm.model"));
   e.valid.src[1] = e.test.src[3];
   const std::string valid =
-      error_of<attn::DataError>([&] { tr::Trainer u(tiny_options(dir("d")), e); });
+      error_of<attn::DataError>([&] { tr::Trainer u(tiny_options(path("d")), e); });
   EXPECT_TRUE(contains(valid, "the validation set's source line 2 has 1048576 bytes")) << valid;
-  tr::TrainOptions no_eval = tiny_options(dir("e"));
+  tr::TrainOptions no_eval = tiny_options(path("e"));
   no_eval.evaluate = false;
   EXPECT_NO_THROW(tr::Trainer u(no_eval, e));
 
   for (auto& s : d.train.src) s = long_src;
   const std::string msg =
-      error_of<attn::DataError>([&] { tr::Trainer u(tiny_options(dir("b")), d); });
+      error_of<attn::DataError>([&] { tr::Trainer u(tiny_options(path("b")), d); });
   EXPECT_TRUE(contains(msg,
                        "every one of the 200 training pairs is longer than max_len 32 "
                        "subword tokens"))
@@ -481,7 +481,7 @@ TEST_F(Pipeline, OverlongTrainingPairsAreCountedOrRefused) {
 }
 
 TEST_F(Pipeline, DivergingLossNamesTheStep) {
-  tr::TrainOptions o = tiny_options(dir("a"));
+  tr::TrainOptions o = tiny_options(path("a"));
   o.lr_factor = 1e30;
   o.warmup = 1;
   tr::Trainer t(o, split());

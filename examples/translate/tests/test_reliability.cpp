@@ -117,7 +117,7 @@ TEST_F(Reliability, AByteOrderMarkIsNotPartOfTheFirstWord) {
   const CliResult plain =
       run("translate --threads 1 --greedy --model-dir " + m, input("the red cat\nthe dog\n"));
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  const std::string bom_file = dir("bom.txt");
+  const std::string bom_file = path("bom.txt");
   write_file(bom_file, "\xEF\xBB\xBFthe red cat\nthe dog\n");
   EXPECT_EQ(tr::read_lines(bom_file), (std::vector<std::string>{"the red cat", "the dog"}));
   for (const std::string& args : {"--input " + bom_file, std::string()}) {
@@ -193,7 +193,7 @@ TEST_F(Reliability, MalformedTrainingStateNamesFileAndKey) {
 
 TEST_F(Reliability, ASecondTrainerOnTheDirectoryIsRefused) {
   // Two trainers used to share a directory, each pruning the other's checkpoints.
-  const std::string m = dir("locked");
+  const std::string m = path("locked");
   tr::Trainer first(tiny_options(m), split());
   const std::string msg = error_of([&] { tr::Trainer second(tiny_options(m), split()); });
   EXPECT_TRUE(
@@ -309,7 +309,7 @@ TEST_F(Reliability, AVocabularyWithoutWeightsDoesNotBlockANewRun) {
 }
 
 TEST_F(Reliability, AStopRequestFinishesTheUpdateAndWritesACheckpoint) {
-  const std::string m = dir("stopped"), ref = dir("uninterrupted");
+  const std::string m = path("stopped"), ref = path("uninterrupted");
   tr::TrainOptions o = tiny_options(m);
   o.steps = 4;
   {
@@ -337,7 +337,7 @@ TEST_F(Reliability, AStopRequestFinishesTheUpdateAndWritesACheckpoint) {
 
 TEST_F(Reliability, CtrlCExits130WithACheckpointAndASecondOneAbortsAtOnce) {
   const tr::CorpusSplit d = split();
-  const std::string src = dir("train.en"), tgt = dir("train.de"), m = dir("m");
+  const std::string src = path("train.en"), tgt = path("train.de"), m = path("m");
   tr::write_lines(src, d.train.src);
   tr::write_lines(tgt, d.train.tgt);
   const std::string train = std::string(ATTN_TRANSLATE_BIN) + " train --threads 1 --src " + src +
@@ -356,7 +356,7 @@ TEST_F(Reliability, CtrlCExits130WithACheckpointAndASecondOneAbortsAtOnce) {
   tr::TrainOptions o = tiny_options(m);
   o.resume = true;
   EXPECT_NO_THROW(tr::Trainer t(o, split()));
-  EXPECT_EQ(interrupt(dir("t"), "kill -TERM $pid"), "143\n") << read_file(dir("t") + ".err");
+  EXPECT_EQ(interrupt(path("t"), "kill -TERM $pid"), "143\n") << read_file(path("t") + ".err");
 }
 
 TEST(StopSignal, TheFirstSignalAsksToStopTheSecondEndsTheProcess) {

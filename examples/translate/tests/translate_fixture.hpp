@@ -76,20 +76,8 @@ inline TrainOptions tiny_options(const std::string& dir) {
   return o;
 }
 
-/// A fresh directory per test, named after the process and the test, removed afterwards.
-class TempDirTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    root_ =
-        fs::temp_directory_path() / (temp_prefix() + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  std::string dir(const std::string& name) const { return (root_ / name).string(); }
-  fs::path root_;
-};
+/// A fresh directory per test, removed afterwards: path(name) inside it, dir_ itself.
+using attn::testing::TempDirTest;
 
 using attn::testing::contains;
 using attn::testing::error_of;
@@ -172,16 +160,16 @@ class TrainedModelTest : public TempDirTest {
   static std::string model() { return (suite_dir_ / "model").string(); }
   /// A copy of the suite's model directory, to tamper with.
   std::string model_copy() {
-    const std::string d = dir("model");
+    const std::string d = path("model");
     fs::copy(suite_dir_ / "model", d, fs::copy_options::recursive);
     return d;
   }
   CliResult run(const std::string& args, const std::string& stdin_path = "/dev/null") {
-    return run_cli(args, root_.string(), stdin_path);
+    return run_cli(args, dir_, stdin_path);
   }
   /// A file in the test's directory holding `text`.
   std::string input(const std::string& text) {
-    const std::string p = dir("in.txt");
+    const std::string p = path("in.txt");
     write_file(p, text);
     return p;
   }
