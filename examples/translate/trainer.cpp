@@ -101,6 +101,13 @@ double Trainer::learning_rate(Index step) const {
   return noam * linear_cooldown(step, opt_.cooldown_end, opt_.cooldown);
 }
 
+Index Trainer::last_update() const {
+  // A resumed run's --steps is at most the cooldown's end (checked at start), so --steps, when
+  // given, is the sooner.
+  if (opt_.steps > 0) return opt_.steps;
+  return opt_.cooldown > 0 ? opt_.cooldown_end : 0;
+}
+
 BleuOptions Trainer::bleu_options() const {
   BleuOptions o;
   o.tokenize = opt_.tokenize_none ? BleuTokenizer::kNone : BleuTokenizer::k13a;
@@ -183,8 +190,7 @@ void Trainer::train(Index max_updates) {
       interrupted_by_ = signal;
       break;
     }
-    if (opt_.steps > 0 && step() >= opt_.steps) break;
-    if (opt_.cooldown > 0 && step() >= opt_.cooldown_end) break;  // the learning rate ends there
+    if (last_update() > 0 && step() >= last_update()) break;
     if (max_updates > 0 && step() - first >= max_updates) break;
     // Clocks differ between ranks; rank 0's decides, or one rank would wait for the others.
     if (opt_.minutes > 0 && replicas_->rank0_decides(elapsed() >= opt_.minutes * 60)) break;
@@ -211,9 +217,9 @@ void Trainer::report_progress(LogWindow& window, Index first, double seconds) {
     p.tokens_per_second = static_cast<double>(train_tokens_) /
                           std::chrono::duration<double>(Clock::now() - window.start).count();
     p.seconds = seconds;
-    p.eta = kNaN;  // the sooner of --steps (or the cooldown's end) and --minutes
-    const Index end = opt_.steps > 0 ? opt_.steps : opt_.cooldown > 0 ? opt_.cooldown_end : 0;
-    if (end > 0) p.eta = seconds / static_cast<double>(s - first) * static_cast<double>(end - s);
+    p.eta = kNaN;  // the sooner of the last update and --minutes
+    if (const Index end = last_update(); end > 0)
+      p.eta = seconds / static_cast<double>(s - first) * static_cast<double>(end - s);
     if (opt_.minutes > 0)
       p.eta = std::isfinite(p.eta) ? std::min(p.eta, opt_.minutes * 60 - seconds)
                                    : opt_.minutes * 60 - seconds;

@@ -43,10 +43,10 @@ struct TrainOptions {
   double label_smoothing = 0.1;
   Index warmup = 4000;
   double lr_factor = 1.0;
-  Index cooldown = 0;      ///< the last N updates up to `steps` take the lr linearly to 0; 0: off
-  Index cooldown_end = 0;  ///< the `steps` the cooldown ends at: set when training starts
-  double clip_norm = 0;         ///< clip the global gradient norm to this before Adam; 0: off
-  Index max_tokens = 4096;      ///< per batch
+  Index cooldown = 0;       ///< the last N updates up to `steps` take the lr linearly to 0; 0: off
+  Index cooldown_end = 0;   ///< the `steps` the cooldown ends at: set when training starts
+  double clip_norm = 0;     ///< clip the global gradient norm to this before Adam; 0: off
+  Index max_tokens = 4096;  ///< per batch
   Index tokens_per_update = 0;  ///< accumulate batches until this many target tokens; 0: one
   int vocab_size = 8000;
   Index max_len = 128;            ///< subword tokens per side; longer training pairs are skipped
@@ -109,7 +109,7 @@ class Trainer {
           std::shared_ptr<Replicas> replicas = nullptr);
   ~Trainer();
 
-  /// Runs updates until options.steps or options.minutes (or `max_updates` more, if > 0), or
+  /// Runs updates until last_update() or options.minutes (or `max_updates` more, if > 0), or
   /// until stop_requested() (SIGINT/SIGTERM) on any rank: then the update in progress finishes, a
   /// checkpoint is written and interrupted_by() is that signal, on every rank.
   void train(Index max_updates = 0);
@@ -146,6 +146,9 @@ class Trainer {
   /// The learning rate of update `step` (from 1): the Noam schedule, times the linear cooldown
   /// over the last --cooldown updates when it is on.
   double learning_rate(Index step) const;
+  /// The update training stops after: --steps, or on --resume without it the end of the run's
+  /// cooldown, where the learning rate reaches zero; 0: no such limit.
+  Index last_update() const;
   /// With --resume: the checkpoint resumed from, and each newer one skipped with the reason.
   const std::string& resumed_from() const { return resumed_from_; }
   const std::vector<std::string>& skipped_checkpoints() const { return skipped_checkpoints_; }
