@@ -221,10 +221,9 @@ int run_train(TrainCommand& c, int threads, std::shared_ptr<Replicas>& replicas)
   if (const int signal = trainer.interrupted_by(); signal != 0) {
     // One write: every rank of an MPI job prints it, and stderr is unbuffered, so pieces written
     // one by one interleaved with the other rank's into one garbled line.
-    std::cerr << attn::detail::concat("attn-translate: interrupted by ",
-                                signal == SIGINT ? "SIGINT" : "SIGTERM", " at step ",
-                                trainer.step(),
-                                "; checkpoint written, continue with train --resume\n");
+    std::cerr << attn::detail::concat(
+        "attn-translate: interrupted by ", signal == SIGINT ? "SIGINT" : "SIGTERM", " at step ",
+        trainer.step(), "; checkpoint written, continue with train --resume\n");
     return 128 + signal;
   }
   trainer.finish();

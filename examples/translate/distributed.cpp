@@ -193,8 +193,9 @@ class MpiReplicas final : public Replicas {
 
   bool report_here(const std::exception& e) override {
     if (dynamic_cast<const AgreedError*>(&e)) return rank_ == 0;
+    // One write, not interleaved with another rank's.
     std::cerr << attn::detail::concat("attn-translate: error: rank ", rank_, " of ", size_, ": ",
-                                e.what(), '\n')  // one write, not interleaved with another rank's
+                                      e.what(), '\n')
               << std::flush;
     MPI_Abort(MPI_COMM_WORLD, 1);  // the other ranks may be waiting for this one: stop them
     return false;

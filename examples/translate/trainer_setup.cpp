@@ -118,8 +118,8 @@ void check_model_size(const TransformerConfig& c) {
 
 // A new run's --cooldown ends its learning rate at --steps, so it needs a --steps that many long.
 void check_cooldown(const TrainOptions& o) {
-  ATTN_CHECK(o.cooldown == 0 || (o.steps > 0 && o.cooldown <= o.steps), ConfigError,
-             "--cooldown ", o.cooldown, " needs --steps of at least as many updates (the run's ",
+  ATTN_CHECK(o.cooldown == 0 || (o.steps > 0 && o.cooldown <= o.steps), ConfigError, "--cooldown ",
+             o.cooldown, " needs --steps of at least as many updates (the run's ",
              "length, where the learning rate reaches zero), got --steps ", o.steps);
 }
 

@@ -90,8 +90,8 @@ TEST_F(Cli, BadTrainingDataIsRefusedAndNothingIsWritten) {
 TEST_F(Cli, CorruptGettextCatalogIsNamed) {
   const std::string model = path("model"), mo = path("mo");
   // The built-in corpus's other sources absent, so that the catalogs are all there is.
-  const std::string no_other_sources =
-      " --mix gettext --apt-lists-dir " + path("no_lists") + " --dictionary " + path("no_dictionary");
+  const std::string no_other_sources = " --mix gettext --apt-lists-dir " + path("no_lists") +
+                                       " --dictionary " + path("no_dictionary");
   fs::create_directories(mo);
   auto train = [&] {
     return run("train --threads 1 --model-dir " + model + no_other_sources + " --gettext-dir " +

@@ -119,8 +119,9 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
       {"--keep 0", "--keep must be >= 1, got 0"},
       {"--lr-factor 0", "--lr-factor must be > 0, got 0"},
       {"--cooldown -1", "--cooldown must be in [0, 9223372036854775807], got -1"},
-      {"--cooldown 10", "--cooldown 10 needs --steps of at least as many updates (the run's "
-                        "length, where the learning rate reaches zero), got --steps 0"},
+      {"--cooldown 10",
+       "--cooldown 10 needs --steps of at least as many updates (the run's "
+       "length, where the learning rate reaches zero), got --steps 0"},
       {"--cooldown 10 --steps 9", "--cooldown 10 needs --steps of at least as many updates"},
       {"--max-len 1", "--max-len must be in [2, 65536], got 1"},
       // Found only after the vocabulary was trained.
@@ -230,8 +231,8 @@ TEST_F(HostilePaths, TheReportNamesTheCheckpointsAveraged) {
   const CliResult r =
       run("train --threads 1 --preset tiny --vocab-size 60 --max-tokens 128 --max-len 32 "
           "--warmup 20 --model-dir " +
-          path("m") + " --src " + path("train.src") + " --tgt " + path("train.tgt") + " --test-src " +
-          path("test.src") + " --test-tgt " + path("test.tgt") +
+          path("m") + " --src " + path("train.src") + " --tgt " + path("train.tgt") +
+          " --test-src " + path("test.src") + " --test-tgt " + path("test.tgt") +
           " --steps 2 --checkpoint-every 1 --keep 5 --average 5 --valid-every 0 --show 0");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "model.safetensors = average of the last 2 checkpoints")) << r.out;

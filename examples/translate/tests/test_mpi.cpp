@@ -229,14 +229,14 @@ TEST_F(Mpi, ASignalToOneRankStopsEveryRankAfterTheSameUpdate) {
   const std::string run =
       std::string(ATTN_TRANSLATE_BIN) + " train --model-dir " + m + " --steps 1000000 " + flags;
   write_file(path("job.sh"), "timeout -s KILL 60 " + std::string(ATTN_MPIEXEC) + " -n 1 " + run +
-                                " : -n 1 sh -c 'echo $$ > " + pid + "; exec " + run + "' 2> " +
-                                err +
-                                " &\njob=$!\nfor i in $(seq 600); do\n"
-                                "  [ -s " +
-                                pid + " ] && ls " + m +
-                                "/checkpoint_*.safetensors >/dev/null 2>&1"
-                                " && break\n  sleep 0.1\ndone\nsleep 1\nkill -TERM $(cat " +
-                                pid + ")\nwait $job\necho $? > " + rc + "\n");
+                                 " : -n 1 sh -c 'echo $$ > " + pid + "; exec " + run + "' 2> " +
+                                 err +
+                                 " &\njob=$!\nfor i in $(seq 600); do\n"
+                                 "  [ -s " +
+                                 pid + " ] && ls " + m +
+                                 "/checkpoint_*.safetensors >/dev/null 2>&1"
+                                 " && break\n  sleep 0.1\ndone\nsleep 1\nkill -TERM $(cat " +
+                                 pid + ")\nwait $job\necho $? > " + rc + "\n");
   ASSERT_EQ(std::system(("sh " + path("job.sh")).c_str()), 0);
   const std::string log = read_file(err);
   EXPECT_NE(read_file(rc), "137\n") << "killed by the timeout: a rank was left waiting\n" << log;

@@ -15,8 +15,8 @@
 
 #include <attn/strict_number.hpp>
 #include <attn/train/clip.hpp>
-#include <attn/train/schedule.hpp>
 #include <attn/train/safetensors.hpp>
+#include <attn/train/schedule.hpp>
 
 #include "corpus_io.hpp"
 #include "trainer.hpp"
