@@ -477,5 +477,54 @@ TEST(AttentionKernels, FastKernelIsBitwiseIdenticalOnOneTwoAndThreeThreads) {
   set_num_threads(saved);
 }
 
+// Forward blocks of heads of 16-64 dimensions against at most 64 keys run in AVX-512 register
+// tiles (detail/attention_tile_avx512.hpp), which must give the bits of the packed GEMMs and
+// softmax rows they replace. That path is what the AVX2 GEMM runs (the same bits as the AVX-512
+// GEMM, tests/test_gemm.cpp), so the two are compared bit for bit, and both against the naive
+// kernel. Shapes: every key count from 1 to 64 across the 16-key registers, query blocks of 16
+// rows (the fewest the tiles take) to 130 (a block of 128 rows, then one of 2 on the other path),
+// causal blocks that see fewer keys than S, every mask, dropout and the weights.
+TEST(AttentionKernels, RegisterTilesGiveTheBitsOfThePackedPath) {
+  if (!kernels::gemm_path_available(kernels::GemmPath::avx512) ||
+      !kernels::gemm_path_available(kernels::GemmPath::avx2))
+    GTEST_SKIP() << "this CPU or build has no AVX-512 GEMM: the register tiles never run";
+  struct Case {
+    Index B, H, Tq, S, K, extra;
+  };
+  const Case cases[] = {{2, 2, 16, 1, 16, 0},  {1, 3, 17, 15, 32, 1}, {2, 1, 23, 16, 48, 0},
+                        {1, 2, 40, 40, 64, 3}, {2, 2, 64, 64, 64, 0}, {1, 1, 20, 64, 16, 2},
+                        {1, 2, 130, 49, 32, 0}};
+  int tiled = 0;
+  for (const Case& c : cases)
+    for (int kind : {kNone, kCausal, kPadding, kAdditive, kAll}) {
+      if ((kind & kCausal) && c.S < c.Tq) continue;
+      for (double p : {0.0, 0.3}) {
+        SCOPED_TRACE(::testing::Message() << "B=" << c.B << " H=" << c.H << " T=" << c.Tq << " S="
+                                          << c.S << " K=" << c.K << " mask=" << kind << " p=" << p);
+        Problem<float> pb = make_problem<float>(c.B, c.H, c.Tq, c.S, c.K, c.extra, 11);
+        pb.mask = make_mask<float>(kind, pb.shape);
+        pb.dropout = {p, 0xab5eULL};
+        const Index nt = std::min(c.Tq, kernels::kAttentionQueryBlock);
+        kernels::set_gemm_path(kernels::GemmPath::avx512);
+        ASSERT_TRUE(kernels::detail::forward_tiles_apply<float>(pb.shape, nt, c.S));
+        const Result<float> tiles = run(pb, true, true, false);
+        kernels::set_gemm_path(kernels::GemmPath::avx2);
+        ASSERT_FALSE(kernels::detail::forward_tiles_apply<float>(pb.shape, nt, c.S));
+        const Result<float> packed = run(pb, true, true, false);
+        kernels::set_gemm_path(kernels::GemmPath::automatic);
+        const Result<float> naive = run(pb, false, true, false);
+        const Index hk = c.H * c.K;
+        EXPECT_EQ(rel_diff(packed.out, tiles.out, hk), 0.0);
+        EXPECT_EQ(rel_diff(packed.lse, tiles.lse), 0.0);
+        EXPECT_EQ(rel_diff(packed.weights, tiles.weights), 0.0);
+        EXPECT_LT(rel_diff(naive.out, tiles.out, hk), 1e-5);
+        EXPECT_LT(rel_diff(naive.weights, tiles.weights), 1e-5);
+        EXPECT_TRUE(padding_untouched(tiles.out, hk));
+        ++tiled;
+      }
+    }
+  EXPECT_EQ(tiled, 54);  // 3 cases x 5 masks + 4 cases (S < T) x 3 masks, x 2 dropout
+}
+
 }  // namespace
 }  // namespace attn

@@ -4,8 +4,10 @@
 // with masks and dropout as in attention_naive.hpp.
 //
 // Work is split over (batch row, head) pairs with OpenMP; each pair is computed by one thread
-// with serial Eigen GEMMs on strided maps of the packed Q, K, V, so the result is bitwise the
-// same for any thread count. Inside a pair, queries go in blocks of kAttentionQueryBlock rows
+// with serial GEMMs (kernels/gemm.hpp) on strided maps of the packed Q, K, V, so the result is
+// bitwise the same for any thread count. Forward blocks of heads of 16-64 dimensions against at
+// most 64 keys run in AVX-512 register tiles instead (detail/attention_tile_avx512.hpp), which
+// give the same bits. Inside a pair, queries go in blocks of kAttentionQueryBlock rows
 // against the full key length: a thread holds at most [block, S] probabilities (two or three
 // such buffers in backward), never the [B, H, T, S] tensor. With a causal mask a block only
 // computes the keys its last row may see. Backward is FlashAttention's: the probabilities are
@@ -23,6 +25,7 @@
 #include <type_traits>
 
 #include "attn/kernels/attention_common.hpp"
+#include "attn/kernels/detail/attention_tile_avx512.hpp"
 #include "attn/kernels/detail/softmax_avx2.hpp"
 #include "attn/kernels/detail/softmax_avx512.hpp"
 #include "attn/kernels/dropout.hpp"
@@ -71,6 +74,7 @@ struct AttentionScratch {
   GrowingBuffer<T> dp;   // [block, S] dO V^T, then dlogits (backward)
   GrowingBuffer<T> pd;   // [block, S] dropped probabilities (backward with dropout)
   GrowingBuffer<T> pad;  // [S] key padding bias of the current batch row: 0 or -infinity
+  GrowingBuffer<T> kt;   // [head_dim, 64] a block's K^T (forward_in_tiles)
   Index S = 0;
   Index pad_batch = -1;
 
@@ -82,6 +86,9 @@ struct AttentionScratch {
     if (backward) dp.grow(rows * keys);
     if (backward && dropout) pd.grow(rows * keys);
     pad.grow(keys);
+#if defined(ATTN_HAVE_AVX512)
+    if constexpr (std::is_same_v<T, float>) kt.grow(kTileHeadDim * kTileKeys);
+#endif
   }
   /// The first nt rows and ns columns of buffer `buf`.
   StridedMap<T> block(GrowingBuffer<T>& buf, Index nt, Index ns) {
@@ -240,6 +247,75 @@ void for_each_query_block(const AttentionShape& shape, const AttentionMask<T>& m
   errors.rethrow();
 }
 
+/// Whether a forward block of nt queries against ns keys runs in register tiles
+/// (attention_tile_avx512.hpp): float on a CPU with AVX-512 whose products take the AVX-512 GEMM
+/// (whose bits the tiles give), heads of 16 to 64 dimensions (a multiple of 16) and 1 to 64 keys,
+/// and at least kGemmPackedMinRows queries (fewer take the few-row GEMM, which sums in another
+/// order).
+template <class T>
+bool forward_tiles_apply(const AttentionShape& shape, Index nt, Index ns) {
+#if defined(ATTN_HAVE_AVX512)
+  if constexpr (std::is_same_v<T, float>) {
+    const Index dk = shape.head_dim;
+    return gemm_path() == GemmPath::avx512 && dk >= 16 && dk % 16 == 0 && dk <= kTileHeadDim &&
+           ns >= 1 && ns <= kTileKeys && nt >= kGemmPackedMinRows;
+  }
+#endif
+  (void)shape, (void)nt, (void)ns;
+  return false;
+}
+
+/// Runs one forward query block in register tiles if forward_tiles_apply, and says whether it
+/// did; after_softmax(QueryRow) then runs on each row's probabilities before they meet V.
+template <class T, class AfterSoftmax>
+bool forward_in_tiles(AttentionScratch<T>& scratch, const QueryBlock<T>& blk, const T* q, Index ldq,
+                      const T* k, Index ldk, const T* v, Index ldv, T* out, Index ldo, T* lse,
+                      T scale, const AttentionMask<T>& mask, AfterSoftmax after_softmax) {
+#if defined(ATTN_HAVE_AVX512)
+  if constexpr (std::is_same_v<T, float>) {
+    const AttentionShape& shape = blk.head.shape;
+    const Index dk = shape.head_dim, ns = blk.ns, S = scratch.S;
+    if (!forward_tiles_apply<T>(shape, blk.nt, ns)) return false;
+    float* kt = scratch.kt.data();
+    transpose_keys(blk.head.keys(k, ldk).data(), ldk, ns, dk, kt);
+    const float* qb = blk.queries(q, ldq).data();
+    float* ob = blk.queries(out, ldo).data();
+    const float* vb = blk.head.keys(v, ldv).data();
+    const Index nt = blk.nt;
+    for (Index i0 = 0; i0 < nt; i0 += kTileRows) {
+      TileRows rows;
+      rows.count = static_cast<int>(std::min<Index>(kTileRows, nt - i0));
+      for (int r = 0; r < rows.count; ++r) {
+        const Index t = blk.t0 + i0 + r;
+        rows.n[r] = visible_keys(mask.causal, t, shape.queries, shape.keys);
+        rows.additive[r] = mask.additive.row(t);
+      }
+      // The next tile's queries, and a share of V, come from L3 while this tile computes.
+      const Index next = std::min<Index>(kTileRows, nt - i0 - kTileRows);
+      if (next > 0) prefetch_rows(qb + (i0 + kTileRows) * ldq, next, ldq, dk);
+      const Index v0 = i0 * ns / nt, v1 = std::min<Index>(nt, i0 + kTileRows) * ns / nt;
+      prefetch_rows(vb + v0 * ldv, v1 - v0, ldv, dk);
+      probabilities_tile(qb + i0 * ldq, ldq, dk, kt, ns, scale, blk.pad, rows,
+                         scratch.p.data() + i0 * S, S);
+      for (int r = 0; r < rows.count; ++r) {
+        const Index t = blk.t0 + i0 + r;
+        const QueryRow row{i0 + r, t, blk.head.query_index(t), rows.n[r]};
+        lse[row.bht] = rows.lse[r];
+        after_softmax(row);
+      }
+    }
+    for (Index i0 = 0; i0 < nt; i0 += kTileRows)
+      weighted_values_tile(scratch.p.data() + i0 * S, S,
+                           static_cast<int>(std::min<Index>(kTileRows, nt - i0)), ns, vb, ldv, dk,
+                           ob + i0 * ldo, ldo);
+    return true;
+  }
+#endif
+  (void)scratch, (void)blk, (void)q, (void)ldq, (void)k, (void)ldk, (void)v, (void)ldv;
+  (void)out, (void)ldo, (void)lse, (void)scale, (void)mask, (void)after_softmax;
+  return false;
+}
+
 }  // namespace detail
 
 /// out [B*T rows, ldo] <- attention; lse [B, H, T] the log-sum-exp of each row's scaled, masked
@@ -257,12 +333,9 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
   detail::for_each_query_block(
       shape, mask, false, drop,
       [&](detail::AttentionScratch<T>& scratch, const detail::QueryBlock<T>& blk) {
-        auto pb = scratch.block(scratch.p, blk.nt, blk.ns);
-        gemm(pb, blk.queries(q, ldq), blk.keys(k, ldk).transpose(), false);  // Q K^T
-        detail::for_each_query_row(blk, mask.causal, [&](const detail::QueryRow& r) {
+        // A row's probabilities, before they meet V: kept as the weights, then dropped out.
+        const auto after_softmax = [&](const detail::QueryRow& r) {
           T* row = scratch.p.data() + r.i * S;
-          lse[r.bht] = detail::softmax_masked_row(row, r.n, scale, mask.additive.row(r.t), blk.pad);
-          std::fill(row + r.n, row + blk.ns, T(0));
           if (weights != nullptr) {
             T* w = weights + r.bht * S;
             std::copy(row, row + blk.ns, w);
@@ -271,6 +344,17 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
           if (drop)  // element s of row t dropped iff uniform_at(key, bht S + s) < p
             detail::dropout_mask_span(row, row, r.n, static_cast<std::uint64_t>(r.bht * S),
                                       dropout.key, dropout.p);
+        };
+        if (detail::forward_in_tiles(scratch, blk, q, ldq, k, ldk, v, ldv, out, ldo, lse, scale,
+                                     mask, after_softmax))
+          return;
+        auto pb = scratch.block(scratch.p, blk.nt, blk.ns);
+        gemm(pb, blk.queries(q, ldq), blk.keys(k, ldk).transpose(), false);  // Q K^T
+        detail::for_each_query_row(blk, mask.causal, [&](const detail::QueryRow& r) {
+          T* row = scratch.p.data() + r.i * S;
+          lse[r.bht] = detail::softmax_masked_row(row, r.n, scale, mask.additive.row(r.t), blk.pad);
+          std::fill(row + r.n, row + blk.ns, T(0));
+          after_softmax(r);
         });
         gemm(blk.queries(out, ldo), pb, blk.keys(v, ldv), false);  // softmax(...) V
       });

@@ -41,19 +41,25 @@ ATTN_TARGET_AVX512 inline __m512 exp16_flushed(__m512 x) {
   return _mm512_mask_mov_ps(e, tiny, _mm512_setzero_ps());
 }
 
-/// The masked logits of 16 keys: scale x + additive + pad (the last two optional). The multiply
-/// and the first add are one FMA, written out: left to the compiler (-ffp-contract=fast), whether
-/// they fuse would depend on the instruction set and the code around them, and the AVX2 rows
-/// (softmax_avx2.hpp) could not give these bits.
-ATTN_TARGET_AVX512 inline __m512 masked_logits(const float* x, const float* additive,
-                                               const float* pad, Index j, __mmask16 m,
-                                               __m512 scale) {
-  const __m512 xs = _mm512_maskz_loadu_ps(m, x + j);
+/// The masked logits of keys j .. j + 15 whose scores are xs (zero outside m): scale xs +
+/// additive + pad (the last two optional). The multiply and the first add are one FMA, written
+/// out: left to the compiler (-ffp-contract=fast), whether they fuse would depend on the
+/// instruction set and the code around them, and the AVX2 rows (softmax_avx2.hpp) could not give
+/// these bits.
+ATTN_TARGET_AVX512 __attribute__((always_inline)) inline __m512 masked_logits_of(
+    __m512 xs, const float* additive, const float* pad, Index j, __mmask16 m, __m512 scale) {
   const float* first = additive != nullptr ? additive : pad;
   if (first == nullptr) return _mm512_mul_ps(xs, scale);
   const __m512 v = _mm512_fmadd_ps(xs, scale, _mm512_maskz_loadu_ps(m, first + j));
   return additive != nullptr && pad != nullptr ? _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, pad + j))
                                                : v;
+}
+
+/// The masked logits of 16 keys of a row x in memory: masked_logits_of its lanes under m.
+ATTN_TARGET_AVX512 inline __m512 masked_logits(const float* x, const float* additive,
+                                               const float* pad, Index j, __mmask16 m,
+                                               __m512 scale) {
+  return masked_logits_of(_mm512_maskz_loadu_ps(m, x + j), additive, pad, j, m, scale);
 }
 
 /// In place: row[0, n) <- softmax(scale row + additive + pad); returns the log-sum-exp of the

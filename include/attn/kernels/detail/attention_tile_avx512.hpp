@@ -1,0 +1,195 @@
+// Attention's forward for one query block in AVX-512 registers, for heads of 16, 32, 48 or 64
+// dimensions against at most 64 keys (every head of a training batch of sentences up to 64
+// tokens). Six query rows at a time: their scores stay in up to 24 registers from Q K^T through
+// the softmax, which writes only the probabilities, and P V reads V where it lies. This replaces,
+// for such blocks, two packed GEMMs per block (K^T and V copied into panels, a driver around
+// each) and a softmax of three passes over memory per row.
+//
+// The bits are those of the path it replaces (attention.hpp's GEMMs and softmax_avx512.hpp's
+// rows): every score and every output is one FMA chain from zero, k ascending, as in
+// gemm_avx512.hpp's micro-tile, and each row's softmax runs the same operations as
+// softmax_row_avx512 on the same numbers. tests/test_attention_kernels.cpp checks it bit for bit
+// against that path (on the AVX2 GEMM, which gives the AVX-512 GEMM's bits).
+#pragma once
+
+#include "attn/kernels/detail/gemm_avx512.hpp"
+#include "attn/kernels/detail/softmax_avx512.hpp"
+
+#if defined(ATTN_HAVE_AVX512)
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace attn::kernels::detail {
+
+inline constexpr int kTileRows = 6;        // query rows per tile
+inline constexpr Index kTileKeys = 64;     // keys at most: four registers of scores per row
+inline constexpr Index kTileHeadDim = 64;  // head dimensions at most: four registers of output
+
+/// The query rows of one tile: how many (1..kTileRows); per row the keys [0, n) it may see before
+/// padding and bias (n <= the block's ns) and its additive mask row (or null). The tile writes
+/// each row's log-sum-exp into lse.
+struct TileRows {
+  int count = 0;
+  Index n[kTileRows] = {};
+  const float* additive[kTileRows] = {};
+  float lse[kTileRows] = {};
+};
+
+/// Asks for `rows` rows of `floats` numbers, `ld` apart, to be brought into L1.
+inline void prefetch_rows(const float* x, Index rows, Index ld, Index floats) {
+  for (Index r = 0; r < rows; ++r)
+    for (Index j = 0; j < floats; j += 16)
+      _mm_prefetch(reinterpret_cast<const char*>(x + r * ld + j), _MM_HINT_T0);
+}
+
+/// kt[d * kTileKeys + s] = k[s * ldk + d] for the keys s < ns (<= kTileKeys) and d < dk; zeros
+/// for the keys past ns up to the next multiple of 16.
+ATTN_TARGET_AVX512 inline void transpose_keys(const float* k, Index ldk, Index ns, Index dk,
+                                              float* kt) {
+  for (Index s = 0; s < ns; s += 16)
+    avx512::transpose_16_rows(k + s * ldk, ldk, dk, kt + s, kTileKeys, std::min<Index>(16, ns - s));
+}
+
+/// One row's softmax on its KC registers of scores s (keys 16 c ...), as softmax_row_avx512 runs
+/// it: p[0, n) <- softmax(scale s + additive + pad), p[n, ns) <- 0; returns the log-sum-exp
+/// (+infinity, and a zero row, when every key is blocked).
+template <int KC>
+ATTN_TARGET_AVX512 __attribute__((always_inline)) inline float softmax_tile_row(
+    const __m512 (&s)[KC], Index n, Index ns, float scale, const float* additive, const float* pad,
+    float* p) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 v[KC];
+  __m512 vmax = _mm512_set1_ps(-kInf);
+  __mmask16 nan = 0;
+#pragma GCC unroll 4
+  for (int c = 0; c < KC; ++c) {
+    const __mmask16 m = lane_mask(n - 16 * c);
+    v[c] = masked_logits_of(_mm512_maskz_mov_ps(m, s[c]), additive, pad, 16 * c, m, vscale);
+    vmax = _mm512_mask_max_ps(vmax, m, vmax, v[c]);
+    nan |= _mm512_mask_cmp_ps_mask(m, v[c], v[c], _CMP_UNORD_Q);
+  }
+  const float mx = nan != 0 ? std::numeric_limits<float>::quiet_NaN() : lane_max(vmax);
+  if (n == 0 || mx == -kInf) {
+#pragma GCC unroll 4
+    for (int c = 0; c < KC; ++c)
+      _mm512_mask_storeu_ps(p + 16 * c, lane_mask(ns - 16 * c), _mm512_setzero_ps());
+    return kInf;
+  }
+  const __m512 vm = _mm512_set1_ps(mx);
+  __m512 e[KC];
+  __m512 vsum = _mm512_setzero_ps();
+#pragma GCC unroll 4
+  for (int c = 0; c < KC; ++c) {
+    const __mmask16 m = lane_mask(n - 16 * c);
+    e[c] = exp16_flushed(_mm512_sub_ps(_mm512_maskz_mov_ps(m, v[c]), vm));
+    vsum = _mm512_mask_add_ps(vsum, m, vsum, e[c]);
+  }
+  const float sum = lane_sum(vsum);
+  const __m512 inv = _mm512_set1_ps(1.0f / sum);
+#pragma GCC unroll 4
+  for (int c = 0; c < KC; ++c)
+    _mm512_mask_storeu_ps(p + 16 * c, lane_mask(ns - 16 * c),
+                          _mm512_maskz_mul_ps(lane_mask(n - 16 * c), e[c], inv));
+  return mx + std::log(sum);
+}
+
+/// The probabilities of a tile's rows: p[r * ldp + s] for s < ns (<= 16 KC) from the scores
+/// Q K^T of query rows q (rows ldq apart, dk numbers each) against kt (transpose_keys), then the
+/// softmax of each row. Rows past rows.count repeat the last one and are not stored.
+template <int KC>
+ATTN_TARGET_AVX512 void probabilities_tile(const float* q, Index ldq, Index dk, const float* kt,
+                                           Index ns, float scale, const float* pad, TileRows& rows,
+                                           float* p, Index ldp) {
+  __m512 s[kTileRows][KC];
+  const float* qr[kTileRows];
+#pragma GCC unroll 6
+  for (int r = 0; r < kTileRows; ++r) {
+    qr[r] = q + std::min(r, rows.count - 1) * ldq;
+#pragma GCC unroll 4
+    for (int c = 0; c < KC; ++c) s[r][c] = _mm512_setzero_ps();
+  }
+  for (Index k = 0; k < dk; ++k) {
+    __m512 b[KC];
+#pragma GCC unroll 4
+    for (int c = 0; c < KC; ++c) b[c] = _mm512_load_ps(kt + k * kTileKeys + 16 * c);
+#pragma GCC unroll 6
+    for (int r = 0; r < kTileRows; ++r) {
+      const __m512 a = _mm512_set1_ps(qr[r][k]);
+#pragma GCC unroll 4
+      for (int c = 0; c < KC; ++c) s[r][c] = _mm512_fmadd_ps(a, b[c], s[r][c]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < kTileRows; ++r)
+    if (r < rows.count)
+      rows.lse[r] =
+          softmax_tile_row<KC>(s[r], rows.n[r], ns, scale, rows.additive[r], pad, p + r * ldp);
+}
+
+/// o[r * ldo + j] = sum over keys s < ns of p[r * ldp + s] v[s * ldv + j], for the tile's `count`
+/// rows and j < 16 DV: V read in place, a row of it per step for all six rows.
+template <int DV>
+ATTN_TARGET_AVX512 void weighted_values_tile(const float* p, Index ldp, int count, Index ns,
+                                             const float* v, Index ldv, float* o, Index ldo) {
+  __m512 acc[kTileRows][DV];
+  const float* pr[kTileRows];
+#pragma GCC unroll 6
+  for (int r = 0; r < kTileRows; ++r) {
+    pr[r] = p + std::min(r, count - 1) * ldp;
+#pragma GCC unroll 4
+    for (int d = 0; d < DV; ++d) acc[r][d] = _mm512_setzero_ps();
+  }
+  for (Index s = 0; s < ns; ++s) {
+    __m512 b[DV];
+#pragma GCC unroll 4
+    for (int d = 0; d < DV; ++d) b[d] = _mm512_loadu_ps(v + s * ldv + 16 * d);
+#pragma GCC unroll 6
+    for (int r = 0; r < kTileRows; ++r) {
+      const __m512 a = _mm512_set1_ps(pr[r][s]);
+#pragma GCC unroll 4
+      for (int d = 0; d < DV; ++d) acc[r][d] = _mm512_fmadd_ps(a, b[d], acc[r][d]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < kTileRows; ++r)
+    if (r < count)
+#pragma GCC unroll 4
+      for (int d = 0; d < DV; ++d) _mm512_storeu_ps(o + r * ldo + 16 * d, acc[r][d]);
+}
+
+/// probabilities_tile for ceil(ns / 16) registers of keys (1..4).
+inline void probabilities_tile(const float* q, Index ldq, Index dk, const float* kt, Index ns,
+                               float scale, const float* pad, TileRows& rows, float* p, Index ldp) {
+  switch ((ns + 15) / 16) {
+    case 1:
+      return probabilities_tile<1>(q, ldq, dk, kt, ns, scale, pad, rows, p, ldp);
+    case 2:
+      return probabilities_tile<2>(q, ldq, dk, kt, ns, scale, pad, rows, p, ldp);
+    case 3:
+      return probabilities_tile<3>(q, ldq, dk, kt, ns, scale, pad, rows, p, ldp);
+    default:
+      return probabilities_tile<4>(q, ldq, dk, kt, ns, scale, pad, rows, p, ldp);
+  }
+}
+
+/// weighted_values_tile for dk / 16 registers of output (1..4).
+inline void weighted_values_tile(const float* p, Index ldp, int count, Index ns, const float* v,
+                                 Index ldv, Index dk, float* o, Index ldo) {
+  switch (dk / 16) {
+    case 1:
+      return weighted_values_tile<1>(p, ldp, count, ns, v, ldv, o, ldo);
+    case 2:
+      return weighted_values_tile<2>(p, ldp, count, ns, v, ldv, o, ldo);
+    case 3:
+      return weighted_values_tile<3>(p, ldp, count, ns, v, ldv, o, ldo);
+    default:
+      return weighted_values_tile<4>(p, ldp, count, ns, v, ldv, o, ldo);
+  }
+}
+
+}  // namespace attn::kernels::detail
+
+#endif  // ATTN_HAVE_AVX512
