@@ -477,13 +477,14 @@ TEST(AttentionKernels, FastKernelIsBitwiseIdenticalOnOneTwoAndThreeThreads) {
   set_num_threads(saved);
 }
 
-// Forward blocks of heads of 16-64 dimensions against at most 64 keys run in AVX-512 register
-// tiles (detail/attention_tile_avx512.hpp), which must give the bits of the packed GEMMs and
-// softmax rows they replace. That path is what the AVX2 GEMM runs (the same bits as the AVX-512
-// GEMM, tests/test_gemm.cpp), so the two are compared bit for bit, and both against the naive
-// kernel. Shapes: every key count from 1 to 64 across the 16-key registers, query blocks of 16
-// rows (the fewest the tiles take) to 130 (a block of 128 rows, then one of 2 on the other path),
-// causal blocks that see fewer keys than S, every mask, dropout and the weights.
+// Blocks of heads of 16-64 dimensions against at most 64 keys run in AVX-512 register tiles
+// (detail/attention_tile_avx512.hpp): forward with at least 16 queries, backward with at least 16
+// queries and 16 keys. They must give the bits of the packed GEMMs they replace. That path is what
+// the AVX2 GEMM runs (the same bits as the AVX-512 GEMM, tests/test_gemm.cpp), so the two are
+// compared bit for bit, and both against the naive kernel. Shapes: key counts from 1 to 64
+// across the 16-key registers, query blocks of 16 rows (the fewest the tiles take) to 130 (a
+// block of 128 rows, then one of 2 on the other path, which adds to dK and dV), causal blocks
+// that see fewer keys than S, every mask, dropout and the weights.
 TEST(AttentionKernels, RegisterTilesGiveTheBitsOfThePackedPath) {
   if (!kernels::gemm_path_available(kernels::GemmPath::avx512) ||
       !kernels::gemm_path_available(kernels::GemmPath::avx2))
@@ -504,22 +505,32 @@ TEST(AttentionKernels, RegisterTilesGiveTheBitsOfThePackedPath) {
         Problem<float> pb = make_problem<float>(c.B, c.H, c.Tq, c.S, c.K, c.extra, 11);
         pb.mask = make_mask<float>(kind, pb.shape);
         pb.dropout = {p, 0xab5eULL};
-        const Index nt = std::min(c.Tq, kernels::kAttentionQueryBlock);
+        const Index nt = std::min(c.Tq, kernels::kAttentionQueryBlock), ns = c.S;
         kernels::set_gemm_path(kernels::GemmPath::avx512);
-        ASSERT_TRUE(kernels::detail::forward_tiles_apply<float>(pb.shape, nt, c.S));
-        const Result<float> tiles = run(pb, true, true, false);
+        ASSERT_TRUE(kernels::detail::forward_tiles_apply<float>(pb.shape, nt, ns));
+        ASSERT_EQ(kernels::detail::backward_tiles_apply<float>(pb.shape, nt, ns), ns >= 16);
+        const Result<float> tiles = run(pb, true, true, true);
         kernels::set_gemm_path(kernels::GemmPath::avx2);
-        ASSERT_FALSE(kernels::detail::forward_tiles_apply<float>(pb.shape, nt, c.S));
-        const Result<float> packed = run(pb, true, true, false);
+        ASSERT_FALSE(kernels::detail::forward_tiles_apply<float>(pb.shape, nt, ns));
+        ASSERT_FALSE(kernels::detail::backward_tiles_apply<float>(pb.shape, nt, ns));
+        const Result<float> packed = run(pb, true, true, true);
         kernels::set_gemm_path(kernels::GemmPath::automatic);
-        const Result<float> naive = run(pb, false, true, false);
+        const Result<float> naive = run(pb, false, true, true);
         const Index hk = c.H * c.K;
         EXPECT_EQ(rel_diff(packed.out, tiles.out, hk), 0.0);
         EXPECT_EQ(rel_diff(packed.lse, tiles.lse), 0.0);
         EXPECT_EQ(rel_diff(packed.weights, tiles.weights), 0.0);
-        EXPECT_LT(rel_diff(naive.out, tiles.out, hk), 1e-5);
+        EXPECT_EQ(rel_diff(packed.dq, tiles.dq, hk), 0.0);
+        EXPECT_EQ(rel_diff(packed.dk, tiles.dk, hk), 0.0);
+        EXPECT_EQ(rel_diff(packed.dv, tiles.dv, hk), 0.0);
+        for (const auto& [want, got] : {std::pair{&naive.out, &tiles.out},
+                                        {&naive.dq, &tiles.dq},
+                                        {&naive.dk, &tiles.dk},
+                                        {&naive.dv, &tiles.dv}}) {
+          EXPECT_LT(rel_diff(*want, *got, hk), 1e-5);
+          EXPECT_TRUE(padding_untouched(*got, hk));
+        }
         EXPECT_LT(rel_diff(naive.weights, tiles.weights), 1e-5);
-        EXPECT_TRUE(padding_untouched(tiles.out, hk));
         ++tiled;
       }
     }

@@ -96,18 +96,16 @@ ATTN_TARGET_AVX512 __attribute__((always_inline)) inline float softmax_tile_row(
   return mx + std::log(sum);
 }
 
-/// The probabilities of a tile's rows: p[r * ldp + s] for s < ns (<= 16 KC) from the scores
-/// Q K^T of query rows q (rows ldq apart, dk numbers each) against kt (transpose_keys), then the
-/// softmax of each row. Rows past rows.count repeat the last one and are not stored.
+/// s[r][c] = the products of query row r (of `count`, rows ldq apart, dk numbers each) with the
+/// keys 16 c ... of kt (transpose_keys), one FMA chain from zero per element, k ascending: the
+/// GEMM micro-tile's order. Rows past count repeat the last one.
 template <int KC>
-ATTN_TARGET_AVX512 void probabilities_tile(const float* q, Index ldq, Index dk, const float* kt,
-                                           Index ns, float scale, const float* pad, TileRows& rows,
-                                           float* p, Index ldp) {
-  __m512 s[kTileRows][KC];
+ATTN_TARGET_AVX512 __attribute__((always_inline)) inline void score_registers(
+    const float* q, Index ldq, int count, Index dk, const float* kt, __m512 (&s)[kTileRows][KC]) {
   const float* qr[kTileRows];
 #pragma GCC unroll 6
   for (int r = 0; r < kTileRows; ++r) {
-    qr[r] = q + std::min(r, rows.count - 1) * ldq;
+    qr[r] = q + std::min(r, count - 1) * ldq;
 #pragma GCC unroll 4
     for (int c = 0; c < KC; ++c) s[r][c] = _mm512_setzero_ps();
   }
@@ -122,6 +120,16 @@ ATTN_TARGET_AVX512 void probabilities_tile(const float* q, Index ldq, Index dk, 
       for (int c = 0; c < KC; ++c) s[r][c] = _mm512_fmadd_ps(a, b[c], s[r][c]);
     }
   }
+}
+
+/// The probabilities of a tile's rows: p[r * ldp + s] for s < ns (<= 16 KC) from the scores
+/// Q K^T (score_registers), then the softmax of each row.
+template <int KC>
+ATTN_TARGET_AVX512 void probabilities_tile(const float* q, Index ldq, Index dk, const float* kt,
+                                           Index ns, float scale, const float* pad, TileRows& rows,
+                                           float* p, Index ldp) {
+  __m512 s[kTileRows][KC];
+  score_registers<KC>(q, ldq, rows.count, dk, kt, s);
 #pragma GCC unroll 6
   for (int r = 0; r < kTileRows; ++r)
     if (r < rows.count)
@@ -129,35 +137,55 @@ ATTN_TARGET_AVX512 void probabilities_tile(const float* q, Index ldq, Index dk, 
           softmax_tile_row<KC>(s[r], rows.n[r], ns, scale, rows.additive[r], pad, p + r * ldp);
 }
 
-/// o[r * ldo + j] = sum over keys s < ns of p[r * ldp + s] v[s * ldv + j], for the tile's `count`
-/// rows and j < 16 DV: V read in place, a row of it per step for all six rows.
+/// The raw scores of a tile's `count` rows: c[r * ldc + s] for s < ns (<= 16 KC), from
+/// score_registers (backward's Q K^T and dO V^T).
+template <int KC>
+ATTN_TARGET_AVX512 void scores_tile(const float* q, Index ldq, int count, Index dk, const float* kt,
+                                    Index ns, float* c, Index ldc) {
+  __m512 s[kTileRows][KC];
+  score_registers<KC>(q, ldq, count, dk, kt, s);
+#pragma GCC unroll 6
+  for (int r = 0; r < kTileRows; ++r)
+    if (r < count)
+#pragma GCC unroll 4
+      for (int k = 0; k < KC; ++k)
+        _mm512_mask_storeu_ps(c + r * ldc + 16 * k, lane_mask(ns - 16 * k), s[r][k]);
+}
+
+/// C (=, or += when accumulating) A B for a tile's `count` rows and 16 DV columns: A's element
+/// (r, k) at a[r * rs + k * ks] (rs 1: A read by columns, as P^T), B [depth, 16 DV] read in place
+/// (rows ldb apart), C rows ldc apart. One FMA chain per element, from zero or from C, k
+/// ascending: the GEMM micro-tile's order within its one block of depth (<= 64 here).
 template <int DV>
-ATTN_TARGET_AVX512 void weighted_values_tile(const float* p, Index ldp, int count, Index ns,
-                                             const float* v, Index ldv, float* o, Index ldo) {
+ATTN_TARGET_AVX512 void product_tile(const float* a, Index rs, Index ks, int count, Index depth,
+                                     const float* b, Index ldb, float* c, Index ldc,
+                                     bool accumulate) {
   __m512 acc[kTileRows][DV];
-  const float* pr[kTileRows];
+  const float* ar[kTileRows];
 #pragma GCC unroll 6
   for (int r = 0; r < kTileRows; ++r) {
-    pr[r] = p + std::min(r, count - 1) * ldp;
+    ar[r] = a + std::min(r, count - 1) * rs;
 #pragma GCC unroll 4
-    for (int d = 0; d < DV; ++d) acc[r][d] = _mm512_setzero_ps();
+    for (int d = 0; d < DV; ++d)
+      acc[r][d] =
+          accumulate && r < count ? _mm512_loadu_ps(c + r * ldc + 16 * d) : _mm512_setzero_ps();
   }
-  for (Index s = 0; s < ns; ++s) {
-    __m512 b[DV];
+  for (Index k = 0; k < depth; ++k) {
+    __m512 bk[DV];
 #pragma GCC unroll 4
-    for (int d = 0; d < DV; ++d) b[d] = _mm512_loadu_ps(v + s * ldv + 16 * d);
+    for (int d = 0; d < DV; ++d) bk[d] = _mm512_loadu_ps(b + k * ldb + 16 * d);
 #pragma GCC unroll 6
     for (int r = 0; r < kTileRows; ++r) {
-      const __m512 a = _mm512_set1_ps(pr[r][s]);
+      const __m512 x = _mm512_set1_ps(ar[r][k * ks]);
 #pragma GCC unroll 4
-      for (int d = 0; d < DV; ++d) acc[r][d] = _mm512_fmadd_ps(a, b[d], acc[r][d]);
+      for (int d = 0; d < DV; ++d) acc[r][d] = _mm512_fmadd_ps(x, bk[d], acc[r][d]);
     }
   }
 #pragma GCC unroll 6
   for (int r = 0; r < kTileRows; ++r)
     if (r < count)
 #pragma GCC unroll 4
-      for (int d = 0; d < DV; ++d) _mm512_storeu_ps(o + r * ldo + 16 * d, acc[r][d]);
+      for (int d = 0; d < DV; ++d) _mm512_storeu_ps(c + r * ldc + 16 * d, acc[r][d]);
 }
 
 /// probabilities_tile for ceil(ns / 16) registers of keys (1..4).
@@ -175,18 +203,42 @@ inline void probabilities_tile(const float* q, Index ldq, Index dk, const float*
   }
 }
 
-/// weighted_values_tile for dk / 16 registers of output (1..4).
-inline void weighted_values_tile(const float* p, Index ldp, int count, Index ns, const float* v,
-                                 Index ldv, Index dk, float* o, Index ldo) {
-  switch (dk / 16) {
+/// scores_tile for ceil(ns / 16) registers of keys (1..4).
+inline void scores_tile(const float* q, Index ldq, int count, Index dk, const float* kt, Index ns,
+                        float* c, Index ldc) {
+  switch ((ns + 15) / 16) {
     case 1:
-      return weighted_values_tile<1>(p, ldp, count, ns, v, ldv, o, ldo);
+      return scores_tile<1>(q, ldq, count, dk, kt, ns, c, ldc);
     case 2:
-      return weighted_values_tile<2>(p, ldp, count, ns, v, ldv, o, ldo);
+      return scores_tile<2>(q, ldq, count, dk, kt, ns, c, ldc);
     case 3:
-      return weighted_values_tile<3>(p, ldp, count, ns, v, ldv, o, ldo);
+      return scores_tile<3>(q, ldq, count, dk, kt, ns, c, ldc);
     default:
-      return weighted_values_tile<4>(p, ldp, count, ns, v, ldv, o, ldo);
+      return scores_tile<4>(q, ldq, count, dk, kt, ns, c, ldc);
+  }
+}
+
+/// C [rows, dk] (=, or +=) A B in tiles of kTileRows rows (product_tile), dk = 16 .. 64.
+inline void tiled_product(const float* a, Index rs, Index ks, Index rows, Index depth,
+                          const float* b, Index ldb, Index dk, float* c, Index ldc,
+                          bool accumulate) {
+  for (Index i0 = 0; i0 < rows; i0 += kTileRows) {
+    const int count = static_cast<int>(std::min<Index>(kTileRows, rows - i0));
+    const float* ai = a + i0 * rs;
+    float* ci = c + i0 * ldc;
+    switch (dk / 16) {
+      case 1:
+        product_tile<1>(ai, rs, ks, count, depth, b, ldb, ci, ldc, accumulate);
+        break;
+      case 2:
+        product_tile<2>(ai, rs, ks, count, depth, b, ldb, ci, ldc, accumulate);
+        break;
+      case 3:
+        product_tile<3>(ai, rs, ks, count, depth, b, ldb, ci, ldc, accumulate);
+        break;
+      default:
+        product_tile<4>(ai, rs, ks, count, depth, b, ldb, ci, ldc, accumulate);
+    }
   }
 }
 

@@ -1,0 +1,160 @@
+// Attention's blocks in AVX-512 register tiles (attention_tile_avx512.hpp): when they apply, and
+// the drivers that run a forward block, a backward block's scores and its gradient products in
+// them instead of in packed GEMMs (the same bits).
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#include "attn/kernels/detail/attention_blocks.hpp"
+#include "attn/kernels/detail/attention_tile_avx512.hpp"
+#include "attn/kernels/detail/gemm_operand.hpp"
+#include "attn/kernels/gemm.hpp"
+
+namespace attn::kernels::detail {
+
+/// Whether a forward block of nt queries against ns keys runs in register tiles
+/// (attention_tile_avx512.hpp): float on a CPU with AVX-512 whose products take the AVX-512 GEMM
+/// (whose bits the tiles give), heads of 16 to 64 dimensions (a multiple of 16) and 1 to 64 keys,
+/// and at least kGemmPackedMinRows queries (fewer take the few-row GEMM, which sums in another
+/// order).
+template <class T>
+bool forward_tiles_apply(const AttentionShape& shape, Index nt, Index ns) {
+#if defined(ATTN_HAVE_AVX512)
+  if constexpr (std::is_same_v<T, float>) {
+    const Index dk = shape.head_dim;
+    return gemm_path() == GemmPath::avx512 && dk >= 16 && dk % 16 == 0 && dk <= kTileHeadDim &&
+           ns >= 1 && ns <= kTileKeys && nt >= kGemmPackedMinRows;
+  }
+#endif
+  (void)shape, (void)nt, (void)ns;
+  return false;
+}
+
+/// The same for a backward block, whose products dV = P^T dO and dK = dS^T Q have ns rows: at
+/// least kGemmPackedMinRows keys too.
+template <class T>
+bool backward_tiles_apply(const AttentionShape& shape, Index nt, Index ns) {
+  return forward_tiles_apply<T>(shape, nt, ns) && ns >= kGemmPackedMinRows;
+}
+
+/// Runs one forward query block in register tiles if forward_tiles_apply, and says whether it
+/// did; after_softmax(QueryRow) then runs on each row's probabilities before they meet V.
+template <class T, class AfterSoftmax>
+bool forward_in_tiles(AttentionScratch<T>& scratch, const QueryBlock<T>& blk, const T* q, Index ldq,
+                      const T* k, Index ldk, const T* v, Index ldv, T* out, Index ldo, T* lse,
+                      T scale, const AttentionMask<T>& mask, AfterSoftmax after_softmax) {
+#if defined(ATTN_HAVE_AVX512)
+  if constexpr (std::is_same_v<T, float>) {
+    const AttentionShape& shape = blk.head.shape;
+    const Index dk = shape.head_dim, ns = blk.ns, S = scratch.S;
+    if (!forward_tiles_apply<T>(shape, blk.nt, ns)) return false;
+    float* kt = scratch.kt.data();
+    transpose_keys(blk.head.keys(k, ldk).data(), ldk, ns, dk, kt);
+    const float* qb = blk.queries(q, ldq).data();
+    float* ob = blk.queries(out, ldo).data();
+    const float* vb = blk.head.keys(v, ldv).data();
+    const Index nt = blk.nt;
+    for (Index i0 = 0; i0 < nt; i0 += kTileRows) {
+      TileRows rows;
+      rows.count = static_cast<int>(std::min<Index>(kTileRows, nt - i0));
+      for (int r = 0; r < rows.count; ++r) {
+        const Index t = blk.t0 + i0 + r;
+        rows.n[r] = visible_keys(mask.causal, t, shape.queries, shape.keys);
+        rows.additive[r] = mask.additive.row(t);
+      }
+      // The next tile's queries, and a share of V, come from L3 while this tile computes.
+      const Index next = std::min<Index>(kTileRows, nt - i0 - kTileRows);
+      if (next > 0) prefetch_rows(qb + (i0 + kTileRows) * ldq, next, ldq, dk);
+      const Index v0 = i0 * ns / nt, v1 = std::min<Index>(nt, i0 + kTileRows) * ns / nt;
+      prefetch_rows(vb + v0 * ldv, v1 - v0, ldv, dk);
+      probabilities_tile(qb + i0 * ldq, ldq, dk, kt, ns, scale, blk.pad, rows,
+                         scratch.p.data() + i0 * S, S);
+      for (int r = 0; r < rows.count; ++r) {
+        const Index t = blk.t0 + i0 + r;
+        const QueryRow row{i0 + r, t, blk.head.query_index(t), rows.n[r]};
+        lse[row.bht] = rows.lse[r];
+        after_softmax(row);
+      }
+    }
+    tiled_product(scratch.p.data(), S, 1, nt, ns, vb, ldv, dk, ob, ldo, false);  // P V
+    return true;
+  }
+#endif
+  (void)scratch, (void)blk, (void)q, (void)ldq, (void)k, (void)ldk, (void)v, (void)ldv;
+  (void)out, (void)ldo, (void)lse, (void)scale, (void)mask, (void)after_softmax;
+  return false;
+}
+
+/// attention_backward's operands: the forward's inputs and dO, and the gradients it writes.
+template <class T>
+struct BackwardOperands {
+  const T* q;
+  Index ldq;
+  const T* k;
+  Index ldk;
+  const T* v;
+  Index ldv;
+  const T* dout;
+  Index lddo;
+  T* dq;
+  Index lddq;
+  T* dk;
+  Index lddk;
+  T* dv;
+  Index lddv;
+};
+
+/// A backward block's scores, unscaled and unmasked, into scratch.p (Q K^T) and scratch.dp
+/// (dO V^T): in register tiles (K^T and V^T transposed once, the rows of Q and dO read in place)
+/// or by two GEMMs.
+template <class T>
+void backward_scores(AttentionScratch<T>& scratch, const QueryBlock<T>& blk,
+                     const BackwardOperands<T>& x, bool tiles) {
+  const Index ns = blk.ns, S = scratch.S, dk = blk.head.shape.head_dim;
+#if defined(ATTN_HAVE_AVX512)
+  if constexpr (std::is_same_v<T, float>) {
+    if (tiles) {
+      float* kt = scratch.kt.data();
+      float* vt = scratch.vt.data();
+      transpose_keys(blk.head.keys(x.k, x.ldk).data(), x.ldk, ns, dk, kt);
+      transpose_keys(blk.head.keys(x.v, x.ldv).data(), x.ldv, ns, dk, vt);
+      const float* qb = blk.queries(x.q, x.ldq).data();
+      const float* dob = blk.queries(x.dout, x.lddo).data();
+      for (Index i0 = 0; i0 < blk.nt; i0 += kTileRows) {
+        const int count = static_cast<int>(std::min<Index>(kTileRows, blk.nt - i0));
+        scores_tile(qb + i0 * x.ldq, x.ldq, count, dk, kt, ns, scratch.p.data() + i0 * S, S);
+        scores_tile(dob + i0 * x.lddo, x.lddo, count, dk, vt, ns, scratch.dp.data() + i0 * S, S);
+      }
+      return;
+    }
+  }
+#endif
+  (void)tiles, (void)dk;
+  gemm(scratch.block(scratch.p, blk.nt, ns), blk.queries(x.q, x.ldq),
+       blk.keys(x.k, x.ldk).transpose(), false);
+  gemm(scratch.block(scratch.dp, blk.nt, ns), blk.queries(x.dout, x.lddo),
+       blk.keys(x.v, x.ldv).transpose(), false);
+}
+
+/// C (=, or += when accumulating) A B for attention_backward's gradient products, A [M, K] a
+/// block of a scratch buffer: in register tiles (tiled_product, B read in place) or by a GEMM.
+template <class T, class A, class B, class C>
+void gradient_product(C&& c, const A& a, const B& b, bool accumulate, bool tiles) {
+#if defined(ATTN_HAVE_AVX512)
+  if constexpr (std::is_same_v<T, float>) {
+    if (tiles) {
+      const auto av = strided_view(a);
+      const auto bv = strided_view(b);
+      auto cv = strided_view(c);
+      ATTN_ASSERT(bv->col_stride == 1 && cv->col_stride == 1);
+      return tiled_product(av->data, av->row_stride, av->col_stride, cv->rows, av->cols, bv->data,
+                           bv->row_stride, cv->cols, cv->data, cv->row_stride, accumulate);
+    }
+  }
+#endif
+  (void)tiles;
+  gemm(c, a, b, accumulate);
+}
+
+}  // namespace attn::kernels::detail
