@@ -4,6 +4,7 @@
 #include <attn/kernels/attention.hpp>
 #include <attn/kernels/attention_naive.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -477,14 +478,31 @@ TEST(AttentionKernels, FastKernelIsBitwiseIdenticalOnOneTwoAndThreeThreads) {
   set_num_threads(saved);
 }
 
+/// Whether columns [0, cols) of two equally shaped buffers hold the same bits (+0 and -0 differ).
+template <class T>
+bool same_bits(const Tensor<T>& a, const Tensor<T>& b, Index cols = -1) {
+  if (a.shape() != b.shape()) return false;
+  const Index width = a.shape()[a.rank() - 1], used = cols < 0 ? width : cols;
+  for (Index i = 0; i < a.numel(); ++i)
+    if (i % width < used && std::memcmp(a.data() + i, b.data() + i, sizeof(T)) != 0) return false;
+  return true;
+}
+
+/// Sets the GEMM path for its lifetime, then back to automatic (also when an ASSERT returns).
+struct GemmPathScope {
+  explicit GemmPathScope(kernels::GemmPath path) { kernels::set_gemm_path(path); }
+  ~GemmPathScope() { kernels::set_gemm_path(kernels::GemmPath::automatic); }
+};
+
 // Blocks of heads of 16-64 dimensions against at most 64 keys run in AVX-512 register tiles
 // (detail/attention_tile_avx512.hpp): forward with at least 16 queries, backward with at least 16
 // queries and 16 keys. They must give the bits of the packed GEMMs they replace. That path is what
 // the AVX2 GEMM runs (the same bits as the AVX-512 GEMM, tests/test_gemm.cpp), so the two are
-// compared bit for bit, and both against the naive kernel. Shapes: key counts from 1 to 64
-// across the 16-key registers, query blocks of 16 rows (the fewest the tiles take) to 130 (a
-// block of 128 rows, then one of 2 on the other path, which adds to dK and dV), causal blocks
-// that see fewer keys than S, every mask, dropout and the weights.
+// compared bit for bit, and both against the naive kernel; the tiles' block counters show that
+// they ran. Shapes: 1 to 64 keys across one to four 16-key registers (22: a Multi30k batch), query
+// blocks of 16 rows (the fewest the tiles take) to 130 (a block of 128 rows, then one of 2 on the
+// other path) and 160 (a second block of 32 rows, whose dK and dV add to the first's), every mask,
+// dropout and the weights.
 TEST(AttentionKernels, RegisterTilesGiveTheBitsOfThePackedPath) {
   if (!kernels::gemm_path_available(kernels::GemmPath::avx512) ||
       !kernels::gemm_path_available(kernels::GemmPath::avx2))
@@ -492,9 +510,9 @@ TEST(AttentionKernels, RegisterTilesGiveTheBitsOfThePackedPath) {
   struct Case {
     Index B, H, Tq, S, K, extra;
   };
-  const Case cases[] = {{2, 2, 16, 1, 16, 0},  {1, 3, 17, 15, 32, 1}, {2, 1, 23, 16, 48, 0},
-                        {1, 2, 40, 40, 64, 3}, {2, 2, 64, 64, 64, 0}, {1, 1, 20, 64, 16, 2},
-                        {1, 2, 130, 49, 32, 0}};
+  const Case cases[] = {{2, 2, 16, 1, 16, 0},  {1, 3, 17, 15, 32, 1},  {2, 1, 23, 16, 48, 0},
+                        {2, 2, 22, 22, 32, 1}, {1, 2, 40, 40, 64, 3},  {2, 2, 64, 64, 64, 0},
+                        {1, 1, 20, 64, 16, 2}, {1, 2, 130, 49, 32, 0}, {1, 2, 160, 48, 32, 1}};
   int tiled = 0;
   for (const Case& c : cases)
     for (int kind : {kNone, kCausal, kPadding, kAdditive, kAll}) {
@@ -505,24 +523,35 @@ TEST(AttentionKernels, RegisterTilesGiveTheBitsOfThePackedPath) {
         Problem<float> pb = make_problem<float>(c.B, c.H, c.Tq, c.S, c.K, c.extra, 11);
         pb.mask = make_mask<float>(kind, pb.shape);
         pb.dropout = {p, 0xab5eULL};
-        const Index nt = std::min(c.Tq, kernels::kAttentionQueryBlock), ns = c.S;
-        kernels::set_gemm_path(kernels::GemmPath::avx512);
-        ASSERT_TRUE(kernels::detail::forward_tiles_apply<float>(pb.shape, nt, ns));
-        ASSERT_EQ(kernels::detail::backward_tiles_apply<float>(pb.shape, nt, ns), ns >= 16);
-        const Result<float> tiles = run(pb, true, true, true);
-        kernels::set_gemm_path(kernels::GemmPath::avx2);
-        ASSERT_FALSE(kernels::detail::forward_tiles_apply<float>(pb.shape, nt, ns));
-        ASSERT_FALSE(kernels::detail::backward_tiles_apply<float>(pb.shape, nt, ns));
-        const Result<float> packed = run(pb, true, true, true);
-        kernels::set_gemm_path(kernels::GemmPath::automatic);
+        // Blocks of 128 queries; a last block of fewer than 16 takes the GEMMs.
+        const Index full = c.Tq / kernels::kAttentionQueryBlock,
+                    rest = c.Tq % kernels::kAttentionQueryBlock;
+        const Index blocks = c.B * c.H * (full + (rest >= 16 ? 1 : 0));
+        Result<float> tiles, packed;
+        {
+          GemmPathScope avx512(kernels::GemmPath::avx512);
+          const auto fwd = kernels::detail::tile_blocks(false).load();
+          const auto bwd = kernels::detail::tile_blocks(true).load();
+          tiles = run(pb, true, true, true);
+          EXPECT_EQ(kernels::detail::tile_blocks(false).load() - fwd, blocks);
+          EXPECT_EQ(kernels::detail::tile_blocks(true).load() - bwd, c.S >= 16 ? blocks : 0);
+        }
+        {
+          GemmPathScope avx2(kernels::GemmPath::avx2);
+          const auto fwd = kernels::detail::tile_blocks(false).load();
+          const auto bwd = kernels::detail::tile_blocks(true).load();
+          packed = run(pb, true, true, true);
+          EXPECT_EQ(kernels::detail::tile_blocks(false).load(), fwd);
+          EXPECT_EQ(kernels::detail::tile_blocks(true).load(), bwd);
+        }
         const Result<float> naive = run(pb, false, true, true);
         const Index hk = c.H * c.K;
-        EXPECT_EQ(rel_diff(packed.out, tiles.out, hk), 0.0);
-        EXPECT_EQ(rel_diff(packed.lse, tiles.lse), 0.0);
-        EXPECT_EQ(rel_diff(packed.weights, tiles.weights), 0.0);
-        EXPECT_EQ(rel_diff(packed.dq, tiles.dq, hk), 0.0);
-        EXPECT_EQ(rel_diff(packed.dk, tiles.dk, hk), 0.0);
-        EXPECT_EQ(rel_diff(packed.dv, tiles.dv, hk), 0.0);
+        EXPECT_TRUE(same_bits(packed.out, tiles.out, hk));
+        EXPECT_TRUE(same_bits(packed.lse, tiles.lse));
+        EXPECT_TRUE(same_bits(packed.weights, tiles.weights));
+        EXPECT_TRUE(same_bits(packed.dq, tiles.dq, hk));
+        EXPECT_TRUE(same_bits(packed.dk, tiles.dk, hk));
+        EXPECT_TRUE(same_bits(packed.dv, tiles.dv, hk));
         for (const auto& [want, got] : {std::pair{&naive.out, &tiles.out},
                                         {&naive.dq, &tiles.dq},
                                         {&naive.dk, &tiles.dk},
@@ -534,7 +563,7 @@ TEST(AttentionKernels, RegisterTilesGiveTheBitsOfThePackedPath) {
         ++tiled;
       }
     }
-  EXPECT_EQ(tiled, 54);  // 3 cases x 5 masks + 4 cases (S < T) x 3 masks, x 2 dropout
+  EXPECT_EQ(tiled, 70);  // 4 cases x 5 masks + 5 cases (S < T) x 3 masks, x 2 dropout
 }
 
 }  // namespace

@@ -1,13 +1,17 @@
-// Attention's forward for one query block in AVX-512 registers, for heads of 16, 32, 48 or 64
-// dimensions against at most 64 keys (every head of a training batch of sentences up to 64
-// tokens). Six query rows at a time: their scores stay in up to 24 registers from Q K^T through
-// the softmax, which writes only the probabilities, and P V reads V where it lies. This replaces,
-// for such blocks, two packed GEMMs per block (K^T and V copied into panels, a driver around
-// each) and a softmax of three passes over memory per row.
+// Attention's blocks in AVX-512 registers, for heads of 16, 32, 48 or 64 dimensions against at
+// most 64 keys (every head of a training batch of sentences up to 64 tokens), six query rows at a
+// time:
+//   - forward: the scores of six rows go from Q K^T to the softmax in registers, which writes only
+//     the probabilities, and P V reads V where it lies;
+//   - backward: Q K^T and dO V^T in registers against K^T and V^T transposed once per block, and
+//     the gradient products dV = P^T dO, dQ = dS K, dK = dS^T Q with their right-hand sides read
+//     where they lie.
+// This replaces, for such blocks, a packed GEMM per product (its B copied into panels, a driver
+// around each) and, forward, a softmax of three passes over memory per row.
 //
-// The bits are those of the path it replaces (attention.hpp's GEMMs and softmax_avx512.hpp's
-// rows): every score and every output is one FMA chain from zero, k ascending, as in
-// gemm_avx512.hpp's micro-tile, and each row's softmax runs the same operations as
+// The bits are those of the path it replaces (the GEMMs of attention.hpp and the rows of
+// softmax_avx512.hpp): every element is one FMA chain, from zero (or from C when accumulating), k
+// ascending, as in gemm_avx512.hpp's micro-tile, and each row's softmax runs the operations of
 // softmax_row_avx512 on the same numbers. tests/test_attention_kernels.cpp checks it bit for bit
 // against that path (on the AVX2 GEMM, which gives the AVX-512 GEMM's bits).
 #pragma once
@@ -52,20 +56,22 @@ ATTN_TARGET_AVX512 inline void transpose_keys(const float* k, Index ldk, Index n
     avx512::transpose_16_rows(k + s * ldk, ldk, dk, kt + s, kTileKeys, std::min<Index>(16, ns - s));
 }
 
-/// One row's softmax on its KC registers of scores s (keys 16 c ...), as softmax_row_avx512 runs
-/// it: p[0, n) <- softmax(scale s + additive + pad), p[n, ns) <- 0; returns the log-sum-exp
+/// One row's softmax on its KR registers of scores s (keys 16 c ...), as softmax_row_avx512 runs
+/// it (a copy of its steps on registers: a change to one must go to the other, and the tile test
+/// compares their bits): p[0, n) <- softmax(scale s + additive + pad), p[n, ns) <- 0; returns the
+/// log-sum-exp
 /// (+infinity, and a zero row, when every key is blocked).
-template <int KC>
+template <int KR>
 ATTN_TARGET_AVX512 __attribute__((always_inline)) inline float softmax_tile_row(
-    const __m512 (&s)[KC], Index n, Index ns, float scale, const float* additive, const float* pad,
+    const __m512 (&s)[KR], Index n, Index ns, float scale, const float* additive, const float* pad,
     float* p) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   const __m512 vscale = _mm512_set1_ps(scale);
-  __m512 v[KC];
+  __m512 v[KR];
   __m512 vmax = _mm512_set1_ps(-kInf);
   __mmask16 nan = 0;
 #pragma GCC unroll 4
-  for (int c = 0; c < KC; ++c) {
+  for (int c = 0; c < KR; ++c) {
     const __mmask16 m = lane_mask(n - 16 * c);
     v[c] = masked_logits_of(_mm512_maskz_mov_ps(m, s[c]), additive, pad, 16 * c, m, vscale);
     vmax = _mm512_mask_max_ps(vmax, m, vmax, v[c]);
@@ -74,15 +80,15 @@ ATTN_TARGET_AVX512 __attribute__((always_inline)) inline float softmax_tile_row(
   const float mx = nan != 0 ? std::numeric_limits<float>::quiet_NaN() : lane_max(vmax);
   if (n == 0 || mx == -kInf) {
 #pragma GCC unroll 4
-    for (int c = 0; c < KC; ++c)
+    for (int c = 0; c < KR; ++c)
       _mm512_mask_storeu_ps(p + 16 * c, lane_mask(ns - 16 * c), _mm512_setzero_ps());
     return kInf;
   }
   const __m512 vm = _mm512_set1_ps(mx);
-  __m512 e[KC];
+  __m512 e[KR];
   __m512 vsum = _mm512_setzero_ps();
 #pragma GCC unroll 4
-  for (int c = 0; c < KC; ++c) {
+  for (int c = 0; c < KR; ++c) {
     const __mmask16 m = lane_mask(n - 16 * c);
     e[c] = exp16_flushed(_mm512_sub_ps(_mm512_maskz_mov_ps(m, v[c]), vm));
     vsum = _mm512_mask_add_ps(vsum, m, vsum, e[c]);
@@ -90,7 +96,7 @@ ATTN_TARGET_AVX512 __attribute__((always_inline)) inline float softmax_tile_row(
   const float sum = lane_sum(vsum);
   const __m512 inv = _mm512_set1_ps(1.0f / sum);
 #pragma GCC unroll 4
-  for (int c = 0; c < KC; ++c)
+  for (int c = 0; c < KR; ++c)
     _mm512_mask_storeu_ps(p + 16 * c, lane_mask(ns - 16 * c),
                           _mm512_maskz_mul_ps(lane_mask(n - 16 * c), e[c], inv));
   return mx + std::log(sum);
@@ -99,93 +105,94 @@ ATTN_TARGET_AVX512 __attribute__((always_inline)) inline float softmax_tile_row(
 /// s[r][c] = the products of query row r (of `count`, rows ldq apart, dk numbers each) with the
 /// keys 16 c ... of kt (transpose_keys), one FMA chain from zero per element, k ascending: the
 /// GEMM micro-tile's order. Rows past count repeat the last one.
-template <int KC>
+template <int KR>
 ATTN_TARGET_AVX512 __attribute__((always_inline)) inline void score_registers(
-    const float* q, Index ldq, int count, Index dk, const float* kt, __m512 (&s)[kTileRows][KC]) {
+    const float* q, Index ldq, int count, Index dk, const float* kt, __m512 (&s)[kTileRows][KR]) {
   const float* qr[kTileRows];
 #pragma GCC unroll 6
   for (int r = 0; r < kTileRows; ++r) {
     qr[r] = q + std::min(r, count - 1) * ldq;
 #pragma GCC unroll 4
-    for (int c = 0; c < KC; ++c) s[r][c] = _mm512_setzero_ps();
+    for (int c = 0; c < KR; ++c) s[r][c] = _mm512_setzero_ps();
   }
   for (Index k = 0; k < dk; ++k) {
-    __m512 b[KC];
+    __m512 b[KR];
 #pragma GCC unroll 4
-    for (int c = 0; c < KC; ++c) b[c] = _mm512_load_ps(kt + k * kTileKeys + 16 * c);
+    for (int c = 0; c < KR; ++c) b[c] = _mm512_load_ps(kt + k * kTileKeys + 16 * c);
 #pragma GCC unroll 6
     for (int r = 0; r < kTileRows; ++r) {
       const __m512 a = _mm512_set1_ps(qr[r][k]);
 #pragma GCC unroll 4
-      for (int c = 0; c < KC; ++c) s[r][c] = _mm512_fmadd_ps(a, b[c], s[r][c]);
+      for (int c = 0; c < KR; ++c) s[r][c] = _mm512_fmadd_ps(a, b[c], s[r][c]);
     }
   }
 }
 
-/// The probabilities of a tile's rows: p[r * ldp + s] for s < ns (<= 16 KC) from the scores
+/// The probabilities of a tile's rows: p[r * ldp + s] for s < ns (<= 16 KR) from the scores
 /// Q K^T (score_registers), then the softmax of each row.
-template <int KC>
+template <int KR>
 ATTN_TARGET_AVX512 void probabilities_tile(const float* q, Index ldq, Index dk, const float* kt,
                                            Index ns, float scale, const float* pad, TileRows& rows,
                                            float* p, Index ldp) {
-  __m512 s[kTileRows][KC];
-  score_registers<KC>(q, ldq, rows.count, dk, kt, s);
+  __m512 s[kTileRows][KR];
+  score_registers<KR>(q, ldq, rows.count, dk, kt, s);
 #pragma GCC unroll 6
   for (int r = 0; r < kTileRows; ++r)
     if (r < rows.count)
       rows.lse[r] =
-          softmax_tile_row<KC>(s[r], rows.n[r], ns, scale, rows.additive[r], pad, p + r * ldp);
+          softmax_tile_row<KR>(s[r], rows.n[r], ns, scale, rows.additive[r], pad, p + r * ldp);
 }
 
-/// The raw scores of a tile's `count` rows: c[r * ldc + s] for s < ns (<= 16 KC), from
+/// The raw scores of a tile's `count` rows: c[r * ldc + s] for s < ns (<= 16 KR), from
 /// score_registers (backward's Q K^T and dO V^T).
-template <int KC>
+template <int KR>
 ATTN_TARGET_AVX512 void scores_tile(const float* q, Index ldq, int count, Index dk, const float* kt,
                                     Index ns, float* c, Index ldc) {
-  __m512 s[kTileRows][KC];
-  score_registers<KC>(q, ldq, count, dk, kt, s);
+  __m512 s[kTileRows][KR];
+  score_registers<KR>(q, ldq, count, dk, kt, s);
 #pragma GCC unroll 6
   for (int r = 0; r < kTileRows; ++r)
     if (r < count)
 #pragma GCC unroll 4
-      for (int k = 0; k < KC; ++k)
-        _mm512_mask_storeu_ps(c + r * ldc + 16 * k, lane_mask(ns - 16 * k), s[r][k]);
+      for (int j = 0; j < KR; ++j)
+        _mm512_mask_storeu_ps(c + r * ldc + 16 * j, lane_mask(ns - 16 * j), s[r][j]);
 }
 
-/// C (=, or += when accumulating) A B for a tile's `count` rows and 16 DV columns: A's element
-/// (r, k) at a[r * rs + k * ks] (rs 1: A read by columns, as P^T), B [depth, 16 DV] read in place
+/// C (=, or += when accumulating) A B for a tile's `count` rows and 16 OR columns: A's element
+/// (r, k) at a[r * rs + k * ks] (rs 1: A read by columns, as P^T), B [depth, 16 OR] read in place
 /// (rows ldb apart), C rows ldc apart. One FMA chain per element, from zero or from C, k
-/// ascending: the GEMM micro-tile's order within its one block of depth (<= 64 here).
-template <int DV>
+/// ascending: the GEMM micro-tile's order (the depth here, nt <= 128 or ns <= 64, is within one of
+/// its blocks of kKC = 256; across blocks its chain runs on through C, the same sums).
+template <int OR>
 ATTN_TARGET_AVX512 void product_tile(const float* a, Index rs, Index ks, int count, Index depth,
                                      const float* b, Index ldb, float* c, Index ldc,
                                      bool accumulate) {
-  __m512 acc[kTileRows][DV];
+  __m512 acc[kTileRows][OR];
   const float* ar[kTileRows];
 #pragma GCC unroll 6
   for (int r = 0; r < kTileRows; ++r) {
     ar[r] = a + std::min(r, count - 1) * rs;
 #pragma GCC unroll 4
-    for (int d = 0; d < DV; ++d)
+    for (int d = 0; d < OR; ++d)
       acc[r][d] =
           accumulate && r < count ? _mm512_loadu_ps(c + r * ldc + 16 * d) : _mm512_setzero_ps();
   }
   for (Index k = 0; k < depth; ++k) {
-    __m512 bk[DV];
+    __m512 bk[OR];
 #pragma GCC unroll 4
-    for (int d = 0; d < DV; ++d) bk[d] = _mm512_loadu_ps(b + k * ldb + 16 * d);
+    for (int d = 0; d < OR; ++d) bk[d] = _mm512_loadu_ps(b + k * ldb + 16 * d);
 #pragma GCC unroll 6
     for (int r = 0; r < kTileRows; ++r) {
       const __m512 x = _mm512_set1_ps(ar[r][k * ks]);
 #pragma GCC unroll 4
-      for (int d = 0; d < DV; ++d) acc[r][d] = _mm512_fmadd_ps(x, bk[d], acc[r][d]);
+      for (int d = 0; d < OR; ++d) acc[r][d] = _mm512_fmadd_ps(x, bk[d], acc[r][d]);
     }
   }
 #pragma GCC unroll 6
   for (int r = 0; r < kTileRows; ++r)
     if (r < count)
 #pragma GCC unroll 4
-      for (int d = 0; d < DV; ++d) _mm512_storeu_ps(c + r * ldc + 16 * d, acc[r][d]);
+      for (int d = 0; d < OR; ++d) _mm512_storeu_ps(c + r * ldc + 16 * d, acc[r][d]);
 }
 
 /// probabilities_tile for ceil(ns / 16) registers of keys (1..4).

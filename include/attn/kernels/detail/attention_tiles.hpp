@@ -4,6 +4,8 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <type_traits>
 
 #include "attn/kernels/detail/attention_blocks.hpp"
@@ -12,6 +14,13 @@
 #include "attn/kernels/gemm.hpp"
 
 namespace attn::kernels::detail {
+
+/// How many query blocks have run in register tiles (forward, backward) since the process began:
+/// what shows a test that the tiles were taken, as their results are the other path's bits.
+inline std::atomic<std::uint64_t>& tile_blocks(bool backward) {
+  static std::atomic<std::uint64_t> counts[2];
+  return counts[backward ? 1 : 0];
+}
 
 /// Whether a forward block of nt queries against ns keys runs in register tiles
 /// (attention_tile_avx512.hpp): float on a CPU with AVX-512 whose products take the AVX-512 GEMM
@@ -49,6 +58,7 @@ bool forward_in_tiles(AttentionScratch<T>& scratch, const QueryBlock<T>& blk, co
     const AttentionShape& shape = blk.head.shape;
     const Index dk = shape.head_dim, ns = blk.ns, S = scratch.S;
     if (!forward_tiles_apply<T>(shape, blk.nt, ns)) return false;
+    tile_blocks(false).fetch_add(1, std::memory_order_relaxed);
     float* kt = scratch.kt.data();
     transpose_keys(blk.head.keys(k, ldk).data(), ldk, ns, dk, kt);
     const float* qb = blk.queries(q, ldq).data();
@@ -111,26 +121,29 @@ struct BackwardOperands {
 template <class T>
 void backward_scores(AttentionScratch<T>& scratch, const QueryBlock<T>& blk,
                      const BackwardOperands<T>& x, bool tiles) {
-  const Index ns = blk.ns, S = scratch.S, dk = blk.head.shape.head_dim;
+  const Index ns = blk.ns;
 #if defined(ATTN_HAVE_AVX512)
   if constexpr (std::is_same_v<T, float>) {
     if (tiles) {
+      tile_blocks(true).fetch_add(1, std::memory_order_relaxed);
+      const Index S = scratch.S, head_dim = blk.head.shape.head_dim;
       float* kt = scratch.kt.data();
       float* vt = scratch.vt.data();
-      transpose_keys(blk.head.keys(x.k, x.ldk).data(), x.ldk, ns, dk, kt);
-      transpose_keys(blk.head.keys(x.v, x.ldv).data(), x.ldv, ns, dk, vt);
+      transpose_keys(blk.head.keys(x.k, x.ldk).data(), x.ldk, ns, head_dim, kt);
+      transpose_keys(blk.head.keys(x.v, x.ldv).data(), x.ldv, ns, head_dim, vt);
       const float* qb = blk.queries(x.q, x.ldq).data();
       const float* dob = blk.queries(x.dout, x.lddo).data();
       for (Index i0 = 0; i0 < blk.nt; i0 += kTileRows) {
         const int count = static_cast<int>(std::min<Index>(kTileRows, blk.nt - i0));
-        scores_tile(qb + i0 * x.ldq, x.ldq, count, dk, kt, ns, scratch.p.data() + i0 * S, S);
-        scores_tile(dob + i0 * x.lddo, x.lddo, count, dk, vt, ns, scratch.dp.data() + i0 * S, S);
+        scores_tile(qb + i0 * x.ldq, x.ldq, count, head_dim, kt, ns, scratch.p.data() + i0 * S, S);
+        scores_tile(dob + i0 * x.lddo, x.lddo, count, head_dim, vt, ns, scratch.dp.data() + i0 * S,
+                    S);
       }
       return;
     }
   }
 #endif
-  (void)tiles, (void)dk;
+  (void)tiles;
   gemm(scratch.block(scratch.p, blk.nt, ns), blk.queries(x.q, x.ldq),
        blk.keys(x.k, x.ldk).transpose(), false);
   gemm(scratch.block(scratch.dp, blk.nt, ns), blk.queries(x.dout, x.lddo),
@@ -147,7 +160,7 @@ void gradient_product(C&& c, const A& a, const B& b, bool accumulate, bool tiles
       const auto av = strided_view(a);
       const auto bv = strided_view(b);
       auto cv = strided_view(c);
-      ATTN_ASSERT(bv->col_stride == 1 && cv->col_stride == 1);
+      ATTN_ASSERT(av && bv && cv && bv->col_stride == 1 && cv->col_stride == 1);
       return tiled_product(av->data, av->row_stride, av->col_stride, cv->rows, av->cols, bv->data,
                            bv->row_stride, cv->cols, cv->data, cv->row_stride, accumulate);
     }

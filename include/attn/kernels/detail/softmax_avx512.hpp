@@ -64,6 +64,8 @@ ATTN_TARGET_AVX512 inline __m512 masked_logits(const float* x, const float* addi
 
 /// In place: row[0, n) <- softmax(scale row + additive + pad); returns the log-sum-exp of the
 /// masked logits (+infinity, and a zero row, when every key is blocked).
+/// attention_tile_avx512.hpp's softmax_tile_row runs these steps on registers: a change here must
+/// go there too.
 ATTN_TARGET_AVX512 inline float softmax_row_avx512(float* row, Index n, float scale,
                                                    const float* additive, const float* pad) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
