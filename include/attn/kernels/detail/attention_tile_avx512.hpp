@@ -102,9 +102,28 @@ ATTN_TARGET_AVX512 __attribute__((always_inline)) inline float softmax_tile_row(
   return mx + std::log(sum);
 }
 
+/// acc[r][j] += sum over k < depth of a_r[k * ks] b[k * ldb + 16 j + lanes], for the six rows'
+/// pointers a_r: one FMA chain per element, k ascending, from what acc holds (the GEMM
+/// micro-tile's order). The loop every tile below runs.
+template <int W>
+ATTN_TARGET_AVX512 __attribute__((always_inline)) inline void accumulate_rows(
+    const float* const (&a)[kTileRows], Index ks, Index depth, const float* b, Index ldb,
+    __m512 (&acc)[kTileRows][W]) {
+  for (Index k = 0; k < depth; ++k) {
+    __m512 bk[W];
+#pragma GCC unroll 4
+    for (int j = 0; j < W; ++j) bk[j] = _mm512_loadu_ps(b + k * ldb + 16 * j);
+#pragma GCC unroll 6
+    for (int r = 0; r < kTileRows; ++r) {
+      const __m512 x = _mm512_set1_ps(a[r][k * ks]);
+#pragma GCC unroll 4
+      for (int j = 0; j < W; ++j) acc[r][j] = _mm512_fmadd_ps(x, bk[j], acc[r][j]);
+    }
+  }
+}
+
 /// s[r][c] = the products of query row r (of `count`, rows ldq apart, dk numbers each) with the
-/// keys 16 c ... of kt (transpose_keys), one FMA chain from zero per element, k ascending: the
-/// GEMM micro-tile's order. Rows past count repeat the last one.
+/// keys 16 c ... of kt (transpose_keys), from zero. Rows past count repeat the last one.
 template <int KR>
 ATTN_TARGET_AVX512 __attribute__((always_inline)) inline void score_registers(
     const float* q, Index ldq, int count, Index dk, const float* kt, __m512 (&s)[kTileRows][KR]) {
@@ -115,17 +134,7 @@ ATTN_TARGET_AVX512 __attribute__((always_inline)) inline void score_registers(
 #pragma GCC unroll 4
     for (int c = 0; c < KR; ++c) s[r][c] = _mm512_setzero_ps();
   }
-  for (Index k = 0; k < dk; ++k) {
-    __m512 b[KR];
-#pragma GCC unroll 4
-    for (int c = 0; c < KR; ++c) b[c] = _mm512_load_ps(kt + k * kTileKeys + 16 * c);
-#pragma GCC unroll 6
-    for (int r = 0; r < kTileRows; ++r) {
-      const __m512 a = _mm512_set1_ps(qr[r][k]);
-#pragma GCC unroll 4
-      for (int c = 0; c < KR; ++c) s[r][c] = _mm512_fmadd_ps(a, b[c], s[r][c]);
-    }
-  }
+  accumulate_rows<KR>(qr, 1, dk, kt, kTileKeys, s);
 }
 
 /// The probabilities of a tile's rows: p[r * ldp + s] for s < ns (<= 16 KR) from the scores
@@ -177,17 +186,7 @@ ATTN_TARGET_AVX512 void product_tile(const float* a, Index rs, Index ks, int cou
       acc[r][d] =
           accumulate && r < count ? _mm512_loadu_ps(c + r * ldc + 16 * d) : _mm512_setzero_ps();
   }
-  for (Index k = 0; k < depth; ++k) {
-    __m512 bk[OR];
-#pragma GCC unroll 4
-    for (int d = 0; d < OR; ++d) bk[d] = _mm512_loadu_ps(b + k * ldb + 16 * d);
-#pragma GCC unroll 6
-    for (int r = 0; r < kTileRows; ++r) {
-      const __m512 x = _mm512_set1_ps(ar[r][k * ks]);
-#pragma GCC unroll 4
-      for (int d = 0; d < OR; ++d) acc[r][d] = _mm512_fmadd_ps(x, bk[d], acc[r][d]);
-    }
-  }
+  accumulate_rows<OR>(ar, ks, depth, b, ldb, acc);
 #pragma GCC unroll 6
   for (int r = 0; r < kTileRows; ++r)
     if (r < count)
