@@ -18,9 +18,10 @@
 
 namespace attn::kernels {
 
-/// Query rows per block. Eigen repacks K and V for every block's GEMMs, so taller blocks amortise
-/// that (128 rows measured ~8% faster than 64 at L = 512, 1024; 256 no better in backward), while
-/// backward's [128, S] float buffers (three with dropout) still fit in L2 up to S of about 1024.
+/// Query rows per block. Every block packs (or, in register tiles, transposes) its K and V again,
+/// so taller blocks amortise that (128 rows measured ~8% faster than 64 at L = 512, 1024, when
+/// the products were Eigen's; 256 no better in backward), while backward's [128, S] float buffers
+/// (three with dropout) still fit in L2 up to S of about 1024.
 inline constexpr Index kAttentionQueryBlock = 128;
 
 /// Below this many multiply-adds of Q K^T (B*H*T*S*K) the kernels run on the calling thread:
