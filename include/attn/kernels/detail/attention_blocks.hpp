@@ -180,15 +180,18 @@ struct QueryRow {
   Index i, t, bht, n;
 };
 
+/// Row i of `block`.
+template <class T>
+QueryRow query_row(const QueryBlock<T>& block, Index i, bool causal) {
+  const AttentionShape& shape = block.head.shape;
+  const Index t = block.t0 + i;
+  return {i, t, block.head.query_index(t), visible_keys(causal, t, shape.queries, shape.keys)};
+}
+
 /// Calls row(QueryRow) for each row of `block`, in order.
 template <class T, class Row>
 void for_each_query_row(const QueryBlock<T>& block, bool causal, Row row) {
-  const AttentionShape& shape = block.head.shape;
-  for (Index i = 0; i < block.nt; ++i) {
-    const Index t = block.t0 + i;
-    row(QueryRow{i, t, block.head.query_index(t),
-                 visible_keys(causal, t, shape.queries, shape.keys)});
-  }
+  for (Index i = 0; i < block.nt; ++i) row(query_row(block, i, causal));
 }
 
 /// Runs body(scratch, QueryBlock) for every block of kAttentionQueryBlock query rows of every

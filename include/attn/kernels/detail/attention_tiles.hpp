@@ -67,11 +67,12 @@ bool forward_in_tiles(AttentionScratch<T>& scratch, const QueryBlock<T>& blk, co
     const Index nt = blk.nt;
     for (Index i0 = 0; i0 < nt; i0 += kTileRows) {
       TileRows rows;
+      QueryRow row[kTileRows];
       rows.count = static_cast<int>(std::min<Index>(kTileRows, nt - i0));
       for (int r = 0; r < rows.count; ++r) {
-        const Index t = blk.t0 + i0 + r;
-        rows.n[r] = visible_keys(mask.causal, t, shape.queries, shape.keys);
-        rows.additive[r] = mask.additive.row(t);
+        row[r] = query_row(blk, i0 + r, mask.causal);
+        rows.n[r] = row[r].n;
+        rows.additive[r] = mask.additive.row(row[r].t);
       }
       // The next tile's queries, and a share of V, come from L3 while this tile computes.
       const Index next = std::min<Index>(kTileRows, nt - i0 - kTileRows);
@@ -81,10 +82,8 @@ bool forward_in_tiles(AttentionScratch<T>& scratch, const QueryBlock<T>& blk, co
       probabilities_tile(qb + i0 * ldq, ldq, dk, kt, ns, scale, blk.pad, rows,
                          scratch.p.data() + i0 * S, S);
       for (int r = 0; r < rows.count; ++r) {
-        const Index t = blk.t0 + i0 + r;
-        const QueryRow row{i0 + r, t, blk.head.query_index(t), rows.n[r]};
-        lse[row.bht] = rows.lse[r];
-        after_softmax(row);
+        lse[row[r].bht] = rows.lse[r];
+        after_softmax(row[r]);
       }
     }
     tiled_product(scratch.p.data(), S, 1, nt, ns, vb, ldv, dk, ob, ldo, false);  // P V
