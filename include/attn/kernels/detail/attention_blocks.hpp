@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -62,11 +63,13 @@ struct AttentionScratch {
   GrowingBuffer<T> vt;   // [head_dim, 64] a block's V^T (register tiles, backward)
   Index S = 0;
   Index pad_batch = -1;
+  std::uint64_t tiled = 0;  // blocks of this call run in register tiles (see tile_blocks)
 
   /// The buffers for one call: [rows, S] each (dp in backward, pd in backward with dropout).
   void prepare(Index rows, Index keys, bool backward, bool dropout) {
     S = keys;
     pad_batch = -1;
+    tiled = 0;
     p.grow(rows * keys);
     if (backward) dp.grow(rows * keys);
     if (backward && dropout) pd.grow(rows * keys);
@@ -194,6 +197,15 @@ void for_each_query_row(const QueryBlock<T>& block, bool causal, Row row) {
   for (Index i = 0; i < block.nt; ++i) row(query_row(block, i, causal));
 }
 
+/// How many query blocks have run in register tiles (forward, backward) since the process began:
+/// what shows a test that the tiles were taken, as their results are the other path's bits. Each
+/// thread counts a call's blocks in its scratch and adds them here once, at the end of the call,
+/// so that the blocks do not share a counter's cache line.
+inline std::atomic<std::uint64_t>& tile_blocks(bool backward) {
+  static std::atomic<std::uint64_t> counts[2];
+  return counts[backward ? 1 : 0];
+}
+
 /// Runs body(scratch, QueryBlock) for every block of kAttentionQueryBlock query rows of every
 /// (batch row, head) pair, the blocks of a pair in order on one thread: in parallel over the
 /// pairs (a StealingLoop), each thread with its own scratch, when the work is worth waking a
@@ -207,6 +219,10 @@ void for_each_query_block(const AttentionShape& shape, const AttentionMask<T>& m
   RegionErrors errors;  // a scratch too large for memory is a std::bad_alloc for the caller
   const auto prepare = [&](AttentionScratch<T>& scratch) {
     errors.run([&] { scratch.prepare(rows, shape.keys, backward, drop); });
+  };
+  const auto finish = [&](const AttentionScratch<T>& scratch) {
+    if (scratch.tiled > 0)
+      tile_blocks(backward).fetch_add(scratch.tiled, std::memory_order_relaxed);
   };
   const auto pair = [&](AttentionScratch<T>& scratch, Index bh) {
     errors.run([&] {
@@ -227,6 +243,7 @@ void for_each_query_block(const AttentionShape& shape, const AttentionMask<T>& m
       AttentionScratch<T>& scratch = thread_scratch<T>();
       prepare(scratch);
       loop.run(omp_get_thread_num(), [&](Index bh) { pair(scratch, bh); });
+      finish(scratch);
     }
     return errors.rethrow();
   }
@@ -235,6 +252,7 @@ void for_each_query_block(const AttentionShape& shape, const AttentionMask<T>& m
   AttentionScratch<T>& scratch = thread_scratch<T>();
   prepare(scratch);
   for (Index bh = 0; bh < pairs; ++bh) pair(scratch, bh);
+  finish(scratch);
   errors.rethrow();
 }
 }  // namespace detail

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -14,13 +13,6 @@
 #include "attn/kernels/gemm.hpp"
 
 namespace attn::kernels::detail {
-
-/// How many query blocks have run in register tiles (forward, backward) since the process began:
-/// what shows a test that the tiles were taken, as their results are the other path's bits.
-inline std::atomic<std::uint64_t>& tile_blocks(bool backward) {
-  static std::atomic<std::uint64_t> counts[2];
-  return counts[backward ? 1 : 0];
-}
 
 /// Whether a forward block of nt queries against ns keys runs in register tiles
 /// (attention_tile_avx512.hpp): float on a CPU with AVX-512 whose products take the AVX-512 GEMM
@@ -58,7 +50,7 @@ bool forward_in_tiles(AttentionScratch<T>& scratch, const QueryBlock<T>& blk, co
     const AttentionShape& shape = blk.head.shape;
     const Index dk = shape.head_dim, ns = blk.ns, S = scratch.S;
     if (!forward_tiles_apply<T>(shape, blk.nt, ns)) return false;
-    tile_blocks(false).fetch_add(1, std::memory_order_relaxed);
+    ++scratch.tiled;
     float* kt = scratch.kt.data();
     transpose_keys(blk.head.keys(k, ldk).data(), ldk, ns, dk, kt);
     const float* qb = blk.queries(q, ldq).data();
@@ -124,7 +116,7 @@ void backward_scores(AttentionScratch<T>& scratch, const QueryBlock<T>& blk,
 #if defined(ATTN_HAVE_AVX512)
   if constexpr (std::is_same_v<T, float>) {
     if (tiles) {
-      tile_blocks(true).fetch_add(1, std::memory_order_relaxed);
+      ++scratch.tiled;
       const Index S = scratch.S, head_dim = blk.head.shape.head_dim;
       float* kt = scratch.kt.data();
       float* vt = scratch.vt.data();
