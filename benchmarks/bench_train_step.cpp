@@ -22,14 +22,14 @@
 // Counters: tokens/s = target tokens B*Lt per second, GFLOP/s by that model, %peak of the FMA
 // peak probed in the same run.
 //
-// train_step/multi30k_padded/{forward,scored}: the model of the README's fifth Multi30k run (N =
-// 4, d_model 128, h = 4, d_ff 512, dropout 0.3) on a batch shaped like the trainer's length-sorted
-// ones: 180 sentences of 20 source tokens and 17 to 22 target tokens, 11.4% of the target positions
-// padding (Multi30k's batches: 12.4% on average). Through forward(), or forward_scored() that
-// projects only the non-padding targets onto the vocabulary; tokens/s counts the non-padding
-// targets, and GFLOP/s uses the FLOP model above for the whole padded batch in both. One model
-// serves both rows, and a repetition is one step, so `--benchmark_enable_random_interleaving=true`
-// mixes their steps in a random order.
+// train_step/multi30k_padded/{forward,scored}: the model of Multi30k run 5 (docs/multi30k-runs.md;
+// N = 4, d_model 128, h = 4, d_ff 512, dropout 0.3) on a batch shaped like the trainer's
+// length-sorted ones: 180 sentences of 20 source tokens and 17 to 22 target tokens, 11.4% of the
+// target positions padding (Multi30k's batches: 12.4% on average). Through forward(), or
+// forward_scored() that projects only the non-padding targets onto the vocabulary; tokens/s counts
+// the non-padding targets, and GFLOP/s uses the FLOP model above for the whole padded batch in
+// both. One model serves both rows, and a repetition is one step, so
+// `--benchmark_enable_random_interleaving=true` mixes their steps in a random order.
 #include <algorithm>
 #include <cmath>
 #include <memory>
