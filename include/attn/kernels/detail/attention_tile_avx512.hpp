@@ -24,12 +24,23 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 namespace attn::kernels::detail {
 
 inline constexpr int kTileRows = 6;        // query rows per tile
 inline constexpr Index kTileKeys = 64;     // keys at most: four registers of scores per row
 inline constexpr Index kTileHeadDim = 64;  // head dimensions at most: four registers of output
+
+/// Calls f(std::integral_constant<int, W>{}) for W = ceil(n / 16) registers of 16 floats, 1..4
+/// (n past 64 counts as 4): the kernels below for the width at hand.
+template <int W = 1, class F>
+void with_registers(Index n, F f) {
+  if constexpr (W < 4) {
+    if (n > 16 * W) return with_registers<W + 1>(n, f);
+  }
+  f(std::integral_constant<int, W>{});
+}
 
 /// The query rows of one tile: how many (1..kTileRows); per row the keys [0, n) it may see before
 /// padding and bias (n <= the block's ns) and its additive mask row (or null). The tile writes
@@ -197,55 +208,29 @@ ATTN_TARGET_AVX512 void product_tile(const float* a, Index rs, Index ks, int cou
 /// probabilities_tile for ceil(ns / 16) registers of keys (1..4).
 inline void probabilities_tile(const float* q, Index ldq, Index dk, const float* kt, Index ns,
                                float scale, const float* pad, TileRows& rows, float* p, Index ldp) {
-  switch ((ns + 15) / 16) {
-    case 1:
-      return probabilities_tile<1>(q, ldq, dk, kt, ns, scale, pad, rows, p, ldp);
-    case 2:
-      return probabilities_tile<2>(q, ldq, dk, kt, ns, scale, pad, rows, p, ldp);
-    case 3:
-      return probabilities_tile<3>(q, ldq, dk, kt, ns, scale, pad, rows, p, ldp);
-    default:
-      return probabilities_tile<4>(q, ldq, dk, kt, ns, scale, pad, rows, p, ldp);
-  }
+  with_registers(ns, [&](auto kr) {
+    probabilities_tile<decltype(kr)::value>(q, ldq, dk, kt, ns, scale, pad, rows, p, ldp);
+  });
 }
 
 /// scores_tile for ceil(ns / 16) registers of keys (1..4).
 inline void scores_tile(const float* q, Index ldq, int count, Index dk, const float* kt, Index ns,
                         float* c, Index ldc) {
-  switch ((ns + 15) / 16) {
-    case 1:
-      return scores_tile<1>(q, ldq, count, dk, kt, ns, c, ldc);
-    case 2:
-      return scores_tile<2>(q, ldq, count, dk, kt, ns, c, ldc);
-    case 3:
-      return scores_tile<3>(q, ldq, count, dk, kt, ns, c, ldc);
-    default:
-      return scores_tile<4>(q, ldq, count, dk, kt, ns, c, ldc);
-  }
+  with_registers(
+      ns, [&](auto kr) { scores_tile<decltype(kr)::value>(q, ldq, count, dk, kt, ns, c, ldc); });
 }
 
 /// C [rows, dk] (=, or +=) A B in tiles of kTileRows rows (product_tile), dk = 16 .. 64.
 inline void tiled_product(const float* a, Index rs, Index ks, Index rows, Index depth,
                           const float* b, Index ldb, Index dk, float* c, Index ldc,
                           bool accumulate) {
-  for (Index i0 = 0; i0 < rows; i0 += kTileRows) {
-    const int count = static_cast<int>(std::min<Index>(kTileRows, rows - i0));
-    const float* ai = a + i0 * rs;
-    float* ci = c + i0 * ldc;
-    switch (dk / 16) {
-      case 1:
-        product_tile<1>(ai, rs, ks, count, depth, b, ldb, ci, ldc, accumulate);
-        break;
-      case 2:
-        product_tile<2>(ai, rs, ks, count, depth, b, ldb, ci, ldc, accumulate);
-        break;
-      case 3:
-        product_tile<3>(ai, rs, ks, count, depth, b, ldb, ci, ldc, accumulate);
-        break;
-      default:
-        product_tile<4>(ai, rs, ks, count, depth, b, ldb, ci, ldc, accumulate);
+  with_registers(dk, [&](auto dr) {
+    for (Index i0 = 0; i0 < rows; i0 += kTileRows) {
+      const int count = static_cast<int>(std::min<Index>(kTileRows, rows - i0));
+      product_tile<decltype(dr)::value>(a + i0 * rs, rs, ks, count, depth, b, ldb, c + i0 * ldc,
+                                        ldc, accumulate);
     }
-  }
+  });
 }
 
 }  // namespace attn::kernels::detail
