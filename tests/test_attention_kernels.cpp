@@ -527,23 +527,19 @@ TEST(AttentionKernels, RegisterTilesGiveTheBitsOfThePackedPath) {
         const Index full = c.Tq / kernels::kAttentionQueryBlock,
                     rest = c.Tq % kernels::kAttentionQueryBlock;
         const Index blocks = c.B * c.H * (full + (rest >= 16 ? 1 : 0));
-        Result<float> tiles, packed;
-        {
-          GemmPathScope avx512(kernels::GemmPath::avx512);
+        // The fast kernel on `path`, which must run `forward` and `backward` blocks in tiles.
+        const auto run_on = [&](kernels::GemmPath path, Index forward, Index backward) {
+          GemmPathScope scope(path);
           const auto fwd = kernels::detail::tile_blocks(false).load();
           const auto bwd = kernels::detail::tile_blocks(true).load();
-          tiles = run(pb, true, true, true);
-          EXPECT_EQ(kernels::detail::tile_blocks(false).load() - fwd, blocks);
-          EXPECT_EQ(kernels::detail::tile_blocks(true).load() - bwd, c.S >= 16 ? blocks : 0);
-        }
-        {
-          GemmPathScope avx2(kernels::GemmPath::avx2);
-          const auto fwd = kernels::detail::tile_blocks(false).load();
-          const auto bwd = kernels::detail::tile_blocks(true).load();
-          packed = run(pb, true, true, true);
-          EXPECT_EQ(kernels::detail::tile_blocks(false).load(), fwd);
-          EXPECT_EQ(kernels::detail::tile_blocks(true).load(), bwd);
-        }
+          Result<float> r = run(pb, true, true, true);
+          EXPECT_EQ(kernels::detail::tile_blocks(false).load() - fwd, forward);
+          EXPECT_EQ(kernels::detail::tile_blocks(true).load() - bwd, backward);
+          return r;
+        };
+        const Result<float> tiles =
+            run_on(kernels::GemmPath::avx512, blocks, c.S >= 16 ? blocks : 0);
+        const Result<float> packed = run_on(kernels::GemmPath::avx2, 0, 0);
         const Result<float> naive = run(pb, false, true, true);
         const Index hk = c.H * c.K;
         EXPECT_TRUE(same_bits(packed.out, tiles.out, hk));
