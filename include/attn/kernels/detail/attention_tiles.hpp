@@ -87,7 +87,7 @@ bool forward_in_tiles(AttentionScratch<T>& scratch, const QueryBlock<T>& blk, co
   return false;
 }
 
-/// attention_backward's operands: the forward's inputs and dO, and the gradients it writes.
+/// What backward_scores reads: the forward's inputs Q, K, V and dO.
 template <class T>
 struct BackwardOperands {
   const T* q;
@@ -98,12 +98,6 @@ struct BackwardOperands {
   Index ldv;
   const T* dout;
   Index lddo;
-  T* dq;
-  Index lddq;
-  T* dk;
-  Index lddk;
-  T* dv;
-  Index lddv;
 };
 
 /// A backward block's scores, unscaled and unmasked, into scratch.p (Q K^T) and scratch.dp
