@@ -1,5 +1,7 @@
 // Label-smoothed cross-entropy: PyTorch values, hand values, central differences, padding,
 // thread-count independence and every error path.
+#include <algorithm>
+#include <attn/kernels/detail/double_sums.hpp>
 #include <attn/train/label_smoothed_loss.hpp>
 #include <cmath>
 #include <limits>
@@ -193,6 +195,47 @@ TEST(Loss, ResultDoesNotDependOnThreadCount) {
   EXPECT_EQ(s1.smoothed_loss, s2.smoothed_loss);
   EXPECT_EQ(s1.nll, s2.nll);
   EXPECT_EQ(std::memcmp(d1.data(), d2.data(), sizeof(float) * 64 * 701), 0);
+}
+
+// kernels/detail/double_sums.hpp, the cross-entropy's row sum and maximum and the gradient norm's
+// sum of squares: every path adds in the generic loop's order, so all give its bits, and that
+// order is within a few ulp of the exact sum. Rows of every tail length, unaligned, and rows of
+// negative numbers only, whose maximum the zeros past a row's end must not replace.
+TEST(DoubleSums, EveryPathGivesTheGenericLoopsBits) {
+  using namespace kernels::detail;
+  Rng rng(11);
+  for (const Index n : {0, 1, 7, 15, 16, 17, 31, 33, 47, 64, 100, 1000, 8000, 8001}) {
+    for (const double mean : {0.0, -50.0}) {
+      Tensor<float> t(Shape{n + 1});
+      fill_normal(t, rng, mean, 3.0);
+      const float* x = t.data() + 1;
+      const SumAndMax want = sum_and_max_generic(x, n);
+      const double want_squares = sum_of_squares_generic(x, n);
+      long double exact = 0, exact_squares = 0, magnitude = 0;
+      float max = -std::numeric_limits<float>::infinity();
+      for (Index j = 0; j < n; ++j) {
+        exact += x[j];
+        exact_squares += static_cast<long double>(x[j]) * x[j];
+        magnitude += std::fabs(x[j]);
+        max = std::max(max, x[j]);
+      }
+      EXPECT_NEAR(want.sum, static_cast<double>(exact), 1e-13 * static_cast<double>(magnitude));
+      EXPECT_NEAR(want_squares, static_cast<double>(exact_squares),
+                  1e-13 * static_cast<double>(exact_squares));
+      EXPECT_EQ(want.max, max) << n;
+      const SumAndMax got = sum_and_max(x, n);  // the fastest path this CPU has
+      EXPECT_EQ(got.sum, want.sum) << n;
+      EXPECT_EQ(got.max, want.max) << n;
+      EXPECT_EQ(sum_of_squares(x, n), want_squares) << n;
+#if defined(ATTN_HAVE_AVX512)
+      if (cpu_has_avx2_fma()) {  // the AVX2 path, also on a CPU with AVX-512
+        EXPECT_EQ(avx2::sum_and_max(x, n).sum, want.sum) << n;
+        EXPECT_EQ(avx2::sum_and_max(x, n).max, want.max) << n;
+        EXPECT_EQ(avx2::sum_of_squares(x, n), want_squares) << n;
+      }
+#endif
+    }
+  }
 }
 
 TEST(Loss, TargetOutsideVocabularyIsIndexError) {

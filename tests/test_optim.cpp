@@ -304,6 +304,26 @@ TEST(Clip, NormIsGlobalAndClippingScalesToMaxNorm) {
   EXPECT_NEAR(ps[0].grad(0) / ps[1].grad(0, 0), -0.75, 1e-15);  // direction kept
 }
 
+// In float the sum of squares runs 16 lanes of double at a time (kernels/detail/double_sums.hpp):
+// the norm of several tensors of odd sizes is the exact one to double rounding, and a NaN or Inf
+// gradient anywhere makes it NaN or Inf.
+TEST(Clip, FloatNormIsTheExactOneAndSeesEveryElement) {
+  std::vector<NamedParameter<float>> ps;
+  long double exact = 0;
+  Rng rng(5);
+  for (const Index n : {1, 17, 1000, 4099}) {
+    NamedParameter<float> p{"p", Tensor<float>({n}), Tensor<float>({n})};
+    fill_normal(p.grad, rng, 0.0, 2.0);
+    for (Index j = 0; j < n; ++j) exact += static_cast<long double>(p.grad(j)) * p.grad(j);
+    ps.push_back(p);
+  }
+  EXPECT_NEAR(grad_norm(ps), std::sqrt(static_cast<double>(exact)), 1e-14 * std::sqrt(5117.0));
+  ps[3].grad(4098) = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(grad_norm(ps), std::numeric_limits<double>::infinity());
+  ps[3].grad(4098) = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(grad_norm(ps)));
+}
+
 TEST(Clip, NonFiniteNormIsNumericError) {
   auto ps = grads_3_4();
   ps[1].grad(0, 0) = std::numeric_limits<double>::infinity();

@@ -13,11 +13,30 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+#include <utility>
 
+#include "attn/kernels/detail/double_sums.hpp"
 #include "attn/parallel.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::kernels {
+
+namespace detail {
+
+/// A row's sum in double and its maximum (unspecified where the sum is not finite).
+template <class T>
+std::pair<double, T> row_sum_and_max(const T* x, Index n) {
+  if constexpr (std::is_same_v<T, float>) {
+    const SumAndMax s = sum_and_max(x, n);
+    return {s.sum, s.max};
+  } else {
+    const ArrayMap<const T> row(x, n);
+    return {row.template cast<double>().sum(), row.maxCoeff()};
+  }
+}
+
+}  // namespace detail
 
 /// For each row r of logits[N, V] with target targets[r]:
 ///   targets[r] == pad_id: loss[r] = nll[r] = 0 and dlogits row r = 0.
@@ -38,8 +57,9 @@ void cross_entropy_forward_backward(T* dlogits, double* loss, double* nll, const
   parallel_for(N, V, kParallelMinRowwise, [&](Index r) {
     const ArrayMap<const T> x(logits + r * V, V);
     // The sum in double cannot overflow for finite float logits, so it is NaN or Inf exactly when
-    // some logit is; it also gives mean_j x_j for the smoothing term.
-    const double sum_x = x.template cast<double>().sum();
+    // some logit is; it also gives mean_j x_j for the smoothing term. The maximum comes from the
+    // same read.
+    const auto [sum_x, m] = detail::row_sum_and_max(logits + r * V, V);
     if (!std::isfinite(sum_x)) {
       loss[r] = nll[r] = nan;
       return;
@@ -50,7 +70,6 @@ void cross_entropy_forward_backward(T* dlogits, double* loss, double* nll, const
       if (dlogits != nullptr) ArrayMap<T>(dlogits + r * V, V).setZero();
       return;
     }
-    const T m = x.maxCoeff();
     const T x_t = x(t);  // read before the gradient pass, which may overwrite x (in place)
     // e_j = exp(x_j - max) <= 1, so the sum cannot overflow. The exponentials are computed with
     // Eigen's vectorised exp a chunk at a time (into the gradient row when there is one, so the

@@ -5,17 +5,25 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
+#include "attn/kernels/detail/double_sums.hpp"
 #include "attn/nn/module.hpp"
 
 namespace attn {
 
-/// The global L2 norm of all gradients, sqrt(sum of squares), accumulated in double.
+/// The global L2 norm of all gradients, sqrt(sum of squares), accumulated in double (16 lanes at
+/// a time, kernels/detail/double_sums.hpp, for float).
 template <class T>
 double grad_norm(const std::vector<NamedParameter<T>>& params) {
   double sum = 0;
-  for (const auto& p : params) sum += p.grad.vector().template cast<double>().squaredNorm();
+  for (const auto& p : params) {
+    if constexpr (std::is_same_v<T, float>)
+      sum += kernels::detail::sum_of_squares(p.grad.data(), p.grad.numel());
+    else
+      sum += p.grad.vector().squaredNorm();
+  }
   return std::sqrt(sum);
 }
 
