@@ -510,9 +510,13 @@ TEST(AttentionKernels, RegisterTilesGiveTheBitsOfThePackedPath) {
   struct Case {
     Index B, H, Tq, S, K, extra;
   };
+  // Blocks of as few as kTileMinRows (8) queries and keys run in tiles; the rest take the GEMMs:
+  // the packed kernel's order from 8 rows, the few-row kernels below.
   const Case cases[] = {{2, 2, 16, 1, 16, 0},  {1, 3, 17, 15, 32, 1},  {2, 1, 23, 16, 48, 0},
                         {2, 2, 22, 22, 32, 1}, {1, 2, 40, 40, 64, 3},  {2, 2, 64, 64, 64, 0},
-                        {1, 1, 20, 64, 16, 2}, {1, 2, 130, 49, 32, 0}, {1, 2, 160, 48, 32, 1}};
+                        {1, 1, 20, 64, 16, 2}, {1, 2, 130, 49, 32, 0}, {1, 2, 160, 48, 32, 1},
+                        {3, 2, 8, 8, 32, 0},   {2, 2, 12, 9, 32, 1},   {2, 1, 9, 5, 16, 0},
+                        {2, 2, 7, 12, 32, 0},  {1, 2, 136, 30, 32, 0}, {2, 1, 3, 3, 64, 0}};
   int tiled = 0;
   for (const Case& c : cases)
     for (int kind : {kNone, kCausal, kPadding, kAdditive, kAll}) {
@@ -523,10 +527,11 @@ TEST(AttentionKernels, RegisterTilesGiveTheBitsOfThePackedPath) {
         Problem<float> pb = make_problem<float>(c.B, c.H, c.Tq, c.S, c.K, c.extra, 11);
         pb.mask = make_mask<float>(kind, pb.shape);
         pb.dropout = {p, 0xab5eULL};
-        // Blocks of 128 queries; a last block of fewer than 16 takes the GEMMs.
+        // Blocks of 128 queries; a last block of fewer than kTileMinRows takes the GEMMs.
+        const Index min_rows = kernels::detail::kTileMinRows;
         const Index full = c.Tq / kernels::kAttentionQueryBlock,
                     rest = c.Tq % kernels::kAttentionQueryBlock;
-        const Index blocks = c.B * c.H * (full + (rest >= 16 ? 1 : 0));
+        const Index blocks = c.B * c.H * (full + (rest >= min_rows ? 1 : 0));
         // The fast kernel on `path`, which must run `forward` and `backward` blocks in tiles.
         const auto run_on = [&](kernels::GemmPath path, Index forward, Index backward) {
           GemmPathScope scope(path);
@@ -538,7 +543,7 @@ TEST(AttentionKernels, RegisterTilesGiveTheBitsOfThePackedPath) {
           return r;
         };
         const Result<float> tiles =
-            run_on(kernels::GemmPath::avx512, blocks, c.S >= 16 ? blocks : 0);
+            run_on(kernels::GemmPath::avx512, blocks, c.S >= min_rows ? blocks : 0);
         const Result<float> packed = run_on(kernels::GemmPath::avx2, 0, 0);
         const Result<float> naive = run(pb, false, true, true);
         const Index hk = c.H * c.K;
@@ -559,7 +564,7 @@ TEST(AttentionKernels, RegisterTilesGiveTheBitsOfThePackedPath) {
         ++tiled;
       }
     }
-  EXPECT_EQ(tiled, 70);  // 4 cases x 5 masks + 5 cases (S < T) x 3 masks, x 2 dropout
+  EXPECT_EQ(tiled, 118);  // 7 cases x 5 masks + 8 cases (S < T) x 3 masks, x 2 dropout
 }
 
 }  // namespace

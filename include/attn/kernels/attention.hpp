@@ -62,14 +62,14 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
                                      mask, after_softmax))
           return;
         auto pb = scratch.block(scratch.p, blk.nt, blk.ns);
-        gemm(pb, blk.queries(q, ldq), blk.keys(k, ldk).transpose(), false);  // Q K^T
+        detail::block_product(pb, blk.queries(q, ldq), blk.keys(k, ldk).transpose(), false);
         detail::for_each_query_row(blk, mask.causal, [&](const detail::QueryRow& r) {
           T* row = scratch.p.data() + r.i * S;
           lse[r.bht] = detail::softmax_masked_row(row, r.n, scale, mask.additive.row(r.t), blk.pad);
           std::fill(row + r.n, row + blk.ns, T(0));
           after_softmax(r);
         });
-        gemm(blk.queries(out, ldo), pb, blk.keys(v, ldv), false);  // softmax(...) V
+        detail::block_product(blk.queries(out, ldo), pb, blk.keys(v, ldv), false);  // P V
       });
 }
 

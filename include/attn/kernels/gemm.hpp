@@ -220,9 +220,11 @@ void add_row_sums_eigen(T* sums, const Lhs& a) {
 
 /// Runs the product on attn's own GEMM if it applies (float, operands in memory, c with
 /// contiguous rows, a CPU with one of its kernels); false when the caller must take the Eigen path.
+/// Products of fewer than kGemmPackedMinRows rows take the few-row kernels unless `few_row_kernels`
+/// is false.
 template <class Dst, class Lhs, class Rhs, class T>
 bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T>& epi,
-                  bool constant_b) {
+                  bool constant_b, bool few_row_kernels = true) {
 #if defined(ATTN_HAVE_AVX512_GEMM)
   if constexpr (std::is_same_v<T, float>) {
     const GemmPath path = gemm_path();
@@ -240,7 +242,7 @@ bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epi
     const GemmEpilogue fused{epi.bias, epi.relu,        epi.dropout,    epi.dropout_key,
                              epi.gate, epi.gate_stride, epi.gate_scale, epi.row_sums_of_a};
     // Few rows stream B from memory, and both threads' bandwidth pays from a smaller product on.
-    const bool few_rows = c.rows() < kGemmPackedMinRows;
+    const bool few_rows = few_row_kernels && c.rows() < kGemmPackedMinRows;
     const int threads =
         work >= (few_rows ? kGemmSmallParallelMinWork : kGemmParallelMinWork) ? num_threads() : 1;
     const bool avx512 = path == GemmPath::avx512;
@@ -263,8 +265,18 @@ bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epi
     return true;
   }
 #endif
-  (void)c, (void)a, (void)b, (void)accumulate, (void)epi, (void)constant_b;
+  (void)c, (void)a, (void)b, (void)accumulate, (void)epi, (void)constant_b, (void)few_row_kernels;
   return false;
+}
+
+/// c (=, or += when accumulate) a * b as gemm computes it, but on the packed kernel whatever the
+/// rows of c, never the few-row kernels (which sum in another order): the products of attention's
+/// blocks, whose AVX-512 register tiles (attention_tiles.hpp) give the packed kernel's bits.
+template <class Dst, class Lhs, class Rhs>
+void gemm_packed_order(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate) {
+  using T = typename std::decay_t<Dst>::Scalar;
+  if (try_gemm_own(c, a, b, accumulate, Epilogue<T>{}, false, false)) return;
+  gemm_eigen(c, a, b, accumulate);
 }
 
 }  // namespace detail

@@ -14,18 +14,26 @@
 
 namespace attn::kernels::detail {
 
+/// Queries a block needs (and, in backward, keys) to run in register tiles, and from which the
+/// blocks that do not run in them take the packed kernel's order (block_product). Fewer take the
+/// few-row GEMM, which reads each key once, in place: a decoding step's one query per head, where
+/// a tile would first transpose the block's keys. Measured (session 33, attention forward and
+/// backward, 4 heads of 32, B x L = 4,096 tokens, 2 threads): with tiles from 2 rows, backward at
+/// L = 2 took 1.8 ms against 1.3; on AVX2 the packed order from 4 rows made L = 4 1.3-1.4x slower
+/// than the few-row kernels, and it breaks even at 8.
+inline constexpr Index kTileMinRows = 8;
+
 /// Whether a forward block of nt queries against ns keys runs in register tiles
 /// (attention_tile_avx512.hpp): float on a CPU with AVX-512 whose products take the AVX-512 GEMM
-/// (whose bits the tiles give), heads of 16 to 64 dimensions (a multiple of 16) and 1 to 64 keys,
-/// and at least kGemmPackedMinRows queries (fewer take the few-row GEMM, which sums in another
-/// order).
+/// (whose bits the tiles give), heads of 16 to 64 dimensions (a multiple of 16), 1 to 64 keys and
+/// at least kTileMinRows queries.
 template <class T>
 bool forward_tiles_apply(const AttentionShape& shape, Index nt, Index ns) {
 #if defined(ATTN_HAVE_AVX512)
   if constexpr (std::is_same_v<T, float>) {
     const Index dk = shape.head_dim;
     return gemm_path() == GemmPath::avx512 && dk >= 16 && dk % 16 == 0 && dk <= kTileHeadDim &&
-           ns >= 1 && ns <= kTileKeys && nt >= kGemmPackedMinRows;
+           ns >= 1 && ns <= kTileKeys && nt >= kTileMinRows;
   }
 #endif
   (void)shape, (void)nt, (void)ns;
@@ -33,10 +41,22 @@ bool forward_tiles_apply(const AttentionShape& shape, Index nt, Index ns) {
 }
 
 /// The same for a backward block, whose products dV = P^T dO and dK = dS^T Q have ns rows: at
-/// least kGemmPackedMinRows keys too.
+/// least kTileMinRows keys too.
 template <class T>
 bool backward_tiles_apply(const AttentionShape& shape, Index nt, Index ns) {
-  return forward_tiles_apply<T>(shape, nt, ns) && ns >= kGemmPackedMinRows;
+  return forward_tiles_apply<T>(shape, nt, ns) && ns >= kTileMinRows;
+}
+
+/// c (=, or += when accumulating) a b, a product of an attention block that does not run in
+/// register tiles: in the packed kernel's order when c has kTileMinRows rows or more, so that the
+/// block has the bits the tiles would give it (on AVX2, or with heads the tiles do not take); with
+/// fewer, as gemm computes it (the few-row kernels).
+template <class C, class A, class B>
+void block_product(C&& c, const A& a, const B& b, bool accumulate) {
+  if (c.rows() >= kTileMinRows)
+    gemm_packed_order(c, a, b, accumulate);
+  else
+    gemm(c, a, b, accumulate);
 }
 
 /// Runs one forward query block in register tiles if forward_tiles_apply, and says whether it
@@ -129,10 +149,10 @@ void backward_scores(AttentionScratch<T>& scratch, const QueryBlock<T>& blk,
   }
 #endif
   (void)tiles;
-  gemm(scratch.block(scratch.p, blk.nt, ns), blk.queries(x.q, x.ldq),
-       blk.keys(x.k, x.ldk).transpose(), false);
-  gemm(scratch.block(scratch.dp, blk.nt, ns), blk.queries(x.dout, x.lddo),
-       blk.keys(x.v, x.ldv).transpose(), false);
+  block_product(scratch.block(scratch.p, blk.nt, ns), blk.queries(x.q, x.ldq),
+                blk.keys(x.k, x.ldk).transpose(), false);
+  block_product(scratch.block(scratch.dp, blk.nt, ns), blk.queries(x.dout, x.lddo),
+                blk.keys(x.v, x.ldv).transpose(), false);
 }
 
 /// C (=, or += when accumulating) A B for attention_backward's gradient products, A [M, K] a
@@ -152,7 +172,7 @@ void gradient_product(C&& c, const A& a, const B& b, bool accumulate, bool tiles
   }
 #endif
   (void)tiles;
-  gemm(c, a, b, accumulate);
+  block_product(c, a, b, accumulate);
 }
 
 }  // namespace attn::kernels::detail
