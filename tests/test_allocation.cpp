@@ -171,12 +171,16 @@ TEST(Allocation, BatchesOfShapesSeenBeforeAllocateNothing) {
   TrainingStep s;
   const auto src = batch(32, 24, 1), tgt_in = batch(32, 20, 2), tgt_out = batch(32, 20, 3);
   const auto src2 = batch(12, 17, 4), tgt_in2 = batch(12, 29, 5), tgt_out2 = batch(12, 29, 6);
+  // Short sentences: attention blocks of 8 to 15 rows (register tiles, or the packed order).
+  const auto src3 = batch(40, 12, 7), tgt_in3 = batch(40, 10, 8), tgt_out3 = batch(40, 10, 9);
   for (bool scored : {false, true}) {
     for (int i = 0; i < 2; ++i) {
       s.run(src, tgt_in, tgt_out, scored);
       s.run(src2, tgt_in2, tgt_out2, scored);
+      s.run(src3, tgt_in3, tgt_out3, scored);
     }
     EXPECT_EQ(allocations_in([&] { s.run(src2, tgt_in2, tgt_out2, scored); }), 0) << scored;
+    EXPECT_EQ(allocations_in([&] { s.run(src3, tgt_in3, tgt_out3, scored); }), 0) << scored;
     EXPECT_EQ(allocations_in([&] { s.run(src, tgt_in, tgt_out, scored); }), 0) << scored;
   }
 }

@@ -51,7 +51,8 @@ inline constexpr double kGemmParallelMinWork = 1 << 20;
 
 /// Products with fewer rows than this are not packed (packing all of B for a few rows, as in
 /// decoding one token per sentence, costs more than it saves): they stream B directly
-/// (detail/gemm_small.hpp, with AVX-512 or AVX2).
+/// (detail/gemm_small.hpp, with AVX-512 or AVX2). Except attention's block products of 8 rows or
+/// more (detail::gemm_packed_order), whose register tiles give the packed kernel's bits.
 inline constexpr Index kGemmPackedMinRows = 16;
 
 /// Such few-row products are memory-bound: they split over threads from this many multiply-adds
@@ -274,6 +275,7 @@ bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epi
 /// blocks, whose AVX-512 register tiles (attention_tiles.hpp) give the packed kernel's bits.
 template <class Dst, class Lhs, class Rhs>
 void gemm_packed_order(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate) {
+  ATTN_ASSERT(a.rows() == c.rows() && b.cols() == c.cols() && a.cols() == b.rows());
   using T = typename std::decay_t<Dst>::Scalar;
   if (try_gemm_own(c, a, b, accumulate, Epilogue<T>{}, false, false)) return;
   gemm_eigen(c, a, b, accumulate);
