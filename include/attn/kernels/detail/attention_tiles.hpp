@@ -48,11 +48,11 @@ bool backward_tiles_apply(const AttentionShape& shape, Index nt, Index ns) {
 }
 
 /// c (=, or += when accumulating) a b, a product of an attention block that does not run in
-/// register tiles: in the packed kernel's order when c has kTileMinRows rows or more, as gemm
-/// computes it (the few-row kernels for fewer than 16) below. On AVX2, a block the AVX-512 path
-/// runs in tiles thus gets the tiles' bits; blocks no path tiles (more than 64 keys, heads the
-/// tiles do not take, a backward block of fewer than 8 keys) follow the same rule on both, so that
-/// the choice of kernel never depends on the instruction set.
+/// register tiles: in the packed kernel's order when c has kTileMinRows rows or more; with fewer,
+/// as gemm computes it (the few-row kernels). On AVX2, a block the AVX-512 path runs in tiles
+/// thus gets the tiles' bits; blocks no path tiles (more than 64 keys, heads the tiles do not
+/// take, a backward block of fewer than 8 keys) follow the same rule on both, so that the choice
+/// of kernel never depends on the instruction set.
 template <class C, class A, class B>
 void block_product(C&& c, const A& a, const B& b, bool accumulate) {
   if (c.rows() >= kTileMinRows)
