@@ -95,7 +95,7 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
       std::fill(dv + r * lddv, dv + r * lddv + shape.heads * shape.head_dim, T(0));
     }
   }
-  const detail::BackwardOperands<T> x{q, ldq, k, ldk, v, ldv, dout, lddo};
+  const detail::BackwardOperands<T> x{q, ldq, k, ldk, v, ldv, dout, lddo, out, ldo};
   detail::for_each_query_block(
       shape, mask, true, drop,
       [&](detail::AttentionScratch<T>& scratch, const detail::QueryBlock<T>& blk) {
