@@ -14,7 +14,9 @@
 
 #include "attn/tensor.hpp"
 
-#define ATTN_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma")))
+// prfchw: the write prefetch (prefetchw), which every CPU with AVX-512 has; without it GCC turns a
+// prefetch for writing into a read prefetch in builds without -march.
+#define ATTN_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma,prfchw")))
 
 namespace attn::kernels::detail {
 
