@@ -85,36 +85,48 @@ TEST(LayerNorm, GradientsAccumulateAndAreThreadCountIndependent) {
   fill_normal(x, rng, 0, 1);
   fill_normal(dy, rng, 0, 1);
   const int saved = num_threads();
-  std::vector<Tensor<float>> out, dx, dw;
+  std::vector<Tensor<float>> out, dx, dw, db;
   for (int threads : {1, 2}) {
     set_num_threads(threads);
     ln.zero_grad();
     out.push_back(ln.forward(x).clone());
     dx.push_back(ln.backward(dy).clone());
     dw.push_back(ln.weight.grad.clone());
+    db.push_back(ln.bias.grad.clone());
   }
   set_num_threads(saved);
   for (Index i = 0; i < x.numel(); ++i) {
     ASSERT_EQ(out[0].data()[i], out[1].data()[i]);
     ASSERT_EQ(dx[0].data()[i], dx[1].data()[i]);
   }
-  for (Index j = 0; j < 128; ++j) ASSERT_EQ(dw[0].data()[j], dw[1].data()[j]);
+  for (Index j = 0; j < 128; ++j) {
+    ASSERT_EQ(dw[0].data()[j], dw[1].data()[j]);
+    ASSERT_EQ(db[0].data()[j], db[1].data()[j]);
+  }
   // A second backward adds the same amount again.
   ln.forward(x);
   ln.backward(dy);
   for (Index j = 0; j < 128; ++j) EXPECT_FLOAT_EQ(ln.weight.grad.data()[j], 2 * dw[1].data()[j]);
 }
 
-TEST(LayerNorm, KernelMatchesNaiveReference) {
-  const Index rows = 5, D = 7;
+class LayerNormKernel : public ::testing::TestWithParam<Index> {};
+
+// Rows: one block of layer_norm_backward's sums, and three (kLayerNormRowBlock = 32) with a short
+// last one.
+INSTANTIATE_TEST_SUITE_P(Rows, LayerNormKernel, ::testing::Values(Index(5), Index(70)));
+
+TEST_P(LayerNormKernel, MatchesNaiveReference) {
+  const Index rows = GetParam(), D = 7;
   Tensor<double> x = testing::randn({rows, D}, 21), g = testing::randn({D}, 22),
                  b = testing::randn({D}, 23), dy = testing::randn({rows, D}, 24);
   Tensor<double> y({rows, D}), mean({rows}), rstd({rows}), dx({rows, D}), dg({D}), db({D});
+  dg.fill(0.5);  // dgamma and dbeta are accumulated into
+  db.fill(-0.25);
   kernels::layer_norm_forward(y.data(), mean.data(), rstd.data(), x.data(), g.data(), b.data(),
                               rows, D, 1e-5);
   kernels::layer_norm_backward(dx.data(), dg.data(), db.data(), dy.data(), x.data(), mean.data(),
                                rstd.data(), g.data(), rows, D);
-  std::vector<double> ref_dg(D, 0), ref_db(D, 0);
+  std::vector<double> ref_dg(D, 0.5), ref_db(D, -0.25);
   for (Index r = 0; r < rows; ++r) {
     double mu = 0, var = 0;
     for (Index j = 0; j < D; ++j) mu += x(r, j) / D;

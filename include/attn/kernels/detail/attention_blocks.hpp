@@ -12,6 +12,7 @@
 
 #include "attn/kernels/attention_common.hpp"
 #include "attn/kernels/detail/attention_tile_avx512.hpp"
+#include "attn/kernels/detail/growing_buffer.hpp"
 #include "attn/kernels/detail/softmax_avx2.hpp"
 #include "attn/kernels/detail/softmax_avx512.hpp"
 #include "attn/kernels/softmax.hpp"
@@ -31,24 +32,6 @@ inline constexpr Index kAttentionQueryBlock = 128;
 inline constexpr Index kAttentionParallelMinWork = Index(1) << 16;
 
 namespace detail {
-
-/// A 64-byte aligned buffer that only grows. A row of a [rows, S] block then starts at the same
-/// alignment in every call of the same shape, so Eigen's vectorised row passes (which peel scalars
-/// up to an aligned address) sum in the same order whatever memory the allocator returned: with a
-/// std::vector's 16-byte alignment and Eigen's 32-byte AVX2 packets, two identical trainers in one
-/// process differed in the last bit of their losses.
-template <class T>
-class GrowingBuffer {
- public:
-  void grow(Index n) {
-    if (storage_ == nullptr || storage_->capacity < n)
-      storage_ = std::make_unique<attn::detail::Storage<T>>(n);
-  }
-  T* data() { return storage_ == nullptr ? nullptr : storage_->data; }
-
- private:
-  std::unique_ptr<attn::detail::Storage<T>> storage_;
-};
 
 /// Everything one thread reuses across the (b, h) pairs it computes: [rows, S] buffers with rows S
 /// apart, kept per thread from call to call and only ever grown, so that a training loop allocates
