@@ -173,7 +173,7 @@ void gemm_block(const StridedMatrix<const float>& a, ALayout layout, const Packe
 ///     tokens was 9-11 such tasks of up to 50 M multiply-adds for two threads;
 ///   - own panels, instead of both (on several threads, at most kOwnPanelsMaxRows rows, B not
 ///     packed already): all rows by a few panels, about kTasksPerThread tasks per thread, each
-///     packing its own panels of B (at most kOwnPanelsBytes). B packed once by the threads
+///     packing its own panels of B (at most kOwnPanelsBytes of them). B packed once by the threads
 ///     together is read by both, and on this machine a line one core wrote costs the other a
 ///     transfer: weight gradients summed over 2048 tokens, whose B (the layer's input) is as
 ///     large as their A and read by few rows, ran at 316-322 GFLOP/s (256 x 256, A^T B, 2
@@ -188,7 +188,14 @@ struct GemmTasks {
   static constexpr Index kTailPanels = 4;  // and at most 128
   static constexpr double kTailTaskWork = 1 << 23;  // multiply-adds: above, a tail task is heavy
   static constexpr Index kOwnPanelsMaxRows = 512;
-  static constexpr Index kOwnPanelsBytes = Index(512) << 10;  // a task's packed panels: L2
+  // A task's packed panels at most. Each task reads all of A (dy^T) once, so a cap that leaves
+  // one panel per task makes the threads stream A once per 32 columns. At 512 KiB (until
+  // session 34) that happened from 2049 tokens on; at 2 MiB (session 34, scratch timings of 3
+  // alternating runs, 2 threads, GFLOP/s) dW = dy^T x at 128 x 3072 x 512 went from 248 to 291,
+  // 128 x 4200 x 512 from 236 to 280, 512 x 8192 x 2048 from 213 to 293, 256 x 6000 x 1024 from
+  // 280 to 328, and the 2048-token ones (512 x 2048 x 2048, 256 x 2048 x 1024) stayed level,
+  // although their panels then outgrow the 1 MiB L2.
+  static constexpr Index kOwnPanelsBytes = Index(2) << 20;
   Index rows, panels;
   // head: row blocks, panels per column block, column blocks
   Index head_blocks = 0, nc_panels = 0, col_blocks = 0;
