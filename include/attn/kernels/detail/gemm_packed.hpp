@@ -190,10 +190,10 @@ struct GemmTasks {
   static constexpr Index kOwnPanelsMaxRows = 512;
   // A task's packed panels at most. Each task reads all of A (dy^T) once, so a cap that leaves
   // one panel per task makes the threads stream A once per 32 columns. At 512 KiB (until
-  // session 34) that happened from 2049 tokens on; at 2 MiB (session 34, scratch timings of 3
-  // alternating runs, 2 threads, GFLOP/s) dW = dy^T x at 128 x 3072 x 512 went from 248 to 291,
-  // 128 x 4200 x 512 from 236 to 280, 512 x 8192 x 2048 from 213 to 293, 256 x 6000 x 1024 from
-  // 280 to 328, and the 2048-token ones (512 x 2048 x 2048, 256 x 2048 x 1024) stayed level,
+  // session 34) that happened from 2049 tokens on; at 2 MiB (session 34, scratch timings, medians
+  // of 3 alternating runs, 2 threads, GFLOP/s) dW = dy^T x at 128 x 3072 x 512 went from 249 to
+  // 290, 128 x 4200 x 512 from 237 to 278, 512 x 8192 x 2048 from 220 to 294, 256 x 6000 x 1024
+  // from 279 to 327, and the 2048-token ones (512 x 2048 x 2048, 256 x 2048 x 1024) stayed level,
   // although their panels then outgrow the 1 MiB L2.
   static constexpr Index kOwnPanelsBytes = Index(2) << 20;
   Index rows, panels;
