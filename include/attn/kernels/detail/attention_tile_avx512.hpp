@@ -59,6 +59,13 @@ inline void prefetch_rows(const float* x, Index rows, Index ld, Index floats) {
       _mm_prefetch(reinterpret_cast<const char*>(x + r * ld + j), _MM_HINT_T0);
 }
 
+/// Asks the rows of the tile after the one at row i0 (of a block of nt rows, ld apart, `floats`
+/// numbers each) into L1, if there is one: what a tile's first broadcasts would otherwise wait on.
+inline void prefetch_next_tile(const float* x, Index ld, Index i0, Index nt, Index floats) {
+  const Index next = std::min<Index>(kTileRows, nt - i0 - kTileRows);
+  if (next > 0) prefetch_rows(x + (i0 + kTileRows) * ld, next, ld, floats);
+}
+
 /// kt[d * kTileKeys + s] = k[s * ldk + d] for the keys s < ns (<= kTileKeys) and d < dk; zeros
 /// for the keys past ns up to the next multiple of 16.
 ATTN_TARGET_AVX512 inline void transpose_keys(const float* k, Index ldk, Index ns, Index dk,

@@ -89,8 +89,7 @@ bool forward_in_tiles(AttentionScratch<T>& scratch, const QueryBlock<T>& blk, co
         rows.additive[r] = mask.additive.row(row[r].t);
       }
       // The next tile's queries, and a share of V, come from L3 while this tile computes.
-      const Index next = std::min<Index>(kTileRows, nt - i0 - kTileRows);
-      if (next > 0) prefetch_rows(qb + (i0 + kTileRows) * ldq, next, ldq, dk);
+      prefetch_next_tile(qb, ldq, i0, nt, dk);
       const Index v0 = i0 * ns / nt, v1 = std::min<Index>(nt, i0 + kTileRows) * ns / nt;
       prefetch_rows(vb + v0 * ldv, v1 - v0, ldv, dk);
       probabilities_tile(qb + i0 * ldq, ldq, dk, kt, ns, scale, blk.pad, rows,
@@ -150,12 +149,9 @@ void backward_scores(AttentionScratch<T>& scratch, const QueryBlock<T>& blk,
       prefetch_rows(ob, std::min<Index>(kTileRows, blk.nt), x.ldo, head_dim);
       for (Index i0 = 0; i0 < blk.nt; i0 += kTileRows) {
         const int count = static_cast<int>(std::min<Index>(kTileRows, blk.nt - i0));
-        const Index next = std::min<Index>(kTileRows, blk.nt - i0 - kTileRows);
-        if (next > 0) {
-          prefetch_rows(qb + (i0 + kTileRows) * x.ldq, next, x.ldq, head_dim);
-          prefetch_rows(dob + (i0 + kTileRows) * x.lddo, next, x.lddo, head_dim);
-          prefetch_rows(ob + (i0 + kTileRows) * x.ldo, next, x.ldo, head_dim);
-        }
+        prefetch_next_tile(qb, x.ldq, i0, blk.nt, head_dim);
+        prefetch_next_tile(dob, x.lddo, i0, blk.nt, head_dim);
+        prefetch_next_tile(ob, x.ldo, i0, blk.nt, head_dim);
         scores_tile(qb + i0 * x.ldq, x.ldq, count, head_dim, kt, ns, scratch.p.data() + i0 * S, S);
         scores_tile(dob + i0 * x.lddo, x.lddo, count, head_dim, vt, ns, scratch.dp.data() + i0 * S,
                     S);
