@@ -328,6 +328,68 @@ TYPED_TEST(OwnGemm, WideProductsInOneDeepBlockHaveTheBitsOfTwoBlocks) {
     }
 }
 
+// A product deeper than 1.5 kDepthSlice runs in slices of depth (depth_slice), each accumulated
+// onto the one before. In the three operand layouts of a Linear, on one and two threads, for few
+// rows (own panels) and many (head and tail tasks): C has the bits of the same product as a chain
+// of unsliced products cut elsewhere; the bias + ReLU epilogue is applied once, to the finished
+// sums (C matches the definition); and the row sums of A count every slice, the same bits on both
+// thread counts.
+TYPED_TEST(OwnGemm, DeepProductsRunInSlicesWithTheBitsOfOneProduct) {
+  using kernels::detail::depth_slice;
+  using kernels::detail::StridedMatrix;
+  constexpr Index kS = kernels::detail::kDepthSlice;
+  EXPECT_EQ(depth_slice(kS + kS / 2), kS + kS / 2);
+  EXPECT_EQ(depth_slice(kS + kS / 2 + 1), kS);
+  const Index K = 3 * kS + 100, N = 70;                    // slices kS, kS, kS + 100
+  const std::vector<Index> chain{0, 1000, 3000, 5000, K};  // each link at most 1.5 kS deep
+  for (Index M : {Index(13), Index(600)}) {
+    ASSERT_EQ(kernels::detail::GemmTasks<TypeParam>(M, N, kS, 2).own_panels > 0, M < 512);
+    const auto a = random_matrix<float>(M, K, 91), b = random_matrix<float>(K, N, 93);
+    const RowMatrix<float> at = a.transpose(), bt = b.transpose();
+    const auto bias = random_matrix<float>(1, N, 95), start = random_matrix<float>(M, N, 96);
+    RowMatrix<double> expected = reference_product(a, b) + start.cast<double>();
+    for (Index i = 0; i < M; ++i)
+      for (Index j = 0; j < N; ++j) expected(i, j) = std::max(expected(i, j) + bias(0, j), 0.0);
+    for (int layout = 0; layout < 3; ++layout) {  // A B, A^T B (from at), A B^T (from bt)
+      // Columns [k0, k0 + kc) of A and rows [k0, k0 + kc) of B in the layout's strides.
+      const auto av = [&](Index k0, Index kc) {
+        return layout == 1 ? StridedMatrix<const float>{at.data() + k0 * M, M, kc, 1, M}
+                           : StridedMatrix<const float>{a.data() + k0, M, kc, K, 1};
+      };
+      const auto bv = [&](Index k0, Index kc) {
+        return layout == 2 ? StridedMatrix<const float>{bt.data() + k0, kc, N, 1, K}
+                           : StridedMatrix<const float>{b.data() + k0 * N, kc, N, N, 1};
+      };
+      std::vector<RowMatrix<float>> row_sums;
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "M=" << M << " layout=" << layout << ", " << threads << " threads");
+        RowMatrix<float> sliced = start, chained = start, sums = RowMatrix<float>::Zero(1, M);
+        kernels::detail::GemmEpilogue epi{bias.data(), true};
+        epi.row_sums_of_a = sums.data();
+        kernels::detail::gemm_packed<TypeParam>(av(0, K), bv(0, K), {sliced.data(), M, N, N, 1},
+                                                true, epi, threads);
+        for (std::size_t l = 0; l + 1 < chain.size(); ++l) {
+          const Index k0 = chain[l], kc = chain[l + 1] - k0;
+          ASSERT_EQ(depth_slice(kc), kc);
+          kernels::detail::gemm_packed<TypeParam>(
+              av(k0, kc), bv(k0, kc), {chained.data(), M, N, N, 1}, true,
+              k0 + kc == K ? kernels::detail::GemmEpilogue{bias.data(), true}
+                           : kernels::detail::GemmEpilogue{},
+              threads);
+        }
+        EXPECT_TRUE((sliced.array() == chained.array()).all());
+        EXPECT_LT((sliced.cast<double>() - expected).cwiseAbs().maxCoeff(), 2e-7 * K + 1e-6);
+        EXPECT_GT((sliced.array() > 0).count(), M * N / 4);
+        for (Index i = 0; i < M; ++i)
+          EXPECT_NEAR(sums(0, i), a.row(i).cast<double>().sum(), 2e-7 * K) << "row " << i;
+        row_sums.push_back(sums);
+      }
+      EXPECT_TRUE((row_sums[0].array() == row_sums[1].array()).all());
+    }
+  }
+}
+
 // A^T B with C many column blocks wide packs A^T once for the whole product and shares it
 // (packs_a_once): the same bits as A read in place by rows (A copied to row-major), on one and two
 // threads, with depths of one, two and three blocks, 13 rows (one thread: a lone edge panel) and
