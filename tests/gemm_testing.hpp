@@ -1,12 +1,15 @@
 // Shared by the tests of kernels::gemm (test_gemm.cpp) and of attn's packed kernels themselves
-// (test_gemm_packed.cpp): random operands, the product by its definition, and the Gemm fixture,
-// which restores the thread count and the automatic path after each test.
+// (test_gemm_packed.cpp, test_gemm_depth.cpp): random operands, the product by its definition, the
+// Gemm fixture, which restores the thread count and the automatic path after each test, and the
+// OwnGemm fixture of the typed tests over attn's two kernels.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <limits>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attn/kernels/gemm.hpp"
@@ -65,5 +68,29 @@ class Gemm : public ::testing::Test {
     kernels::set_gemm_path(kernels::GemmPath::automatic);
   }
 };
+
+#if defined(ATTN_HAVE_AVX512_GEMM)
+// The typed tests of attn's own GEMM (test_gemm_packed.cpp, test_gemm_depth.cpp) run once per
+// kernel (OwnGemm/avx512, OwnGemm/avx2), each skipped where the CPU cannot run it.
+template <class Isa>
+bool cpu_runs() {
+  return std::is_same_v<Isa, kernels::detail::Avx512Isa> ? kernels::detail::cpu_has_avx512()
+                                                         : kernels::detail::cpu_has_avx2_fma();
+}
+template <class Isa>
+class OwnGemm : public Gemm {
+ protected:
+  void SetUp() override {
+    if (!cpu_runs<Isa>()) GTEST_SKIP() << "this CPU cannot run the " << Isa::kName << " kernel";
+  }
+};
+struct KernelName {
+  template <class Isa>
+  static std::string GetName(int) {
+    return Isa::kName;
+  }
+};
+using OwnKernels = ::testing::Types<kernels::detail::Avx512Isa, kernels::detail::Avx2Isa>;
+#endif  // ATTN_HAVE_AVX512_GEMM
 
 }  // namespace attn::testing

@@ -1,7 +1,8 @@
 // attn's own packed GEMM kernels (AVX-512 and AVX2), called directly: every edge of the register
 // tile and the depth blocks, packing of A and B, the tasks a product is cut into, constant-weight
-// caching, C rows 4 KiB apart, deep blocks and A^T packed once, each against the definition or
-// for the bits of another path. kernels::gemm as a whole is tested in test_gemm.cpp.
+// caching, C rows 4 KiB apart and A^T packed once, each against the definition or for the bits of
+// another path. Deep products are tested in test_gemm_depth.cpp, kernels::gemm as a whole in
+// test_gemm.cpp.
 #include "attn/kernels/gemm.hpp"
 #include "gemm_testing.hpp"
 #include "pch.hpp"
@@ -11,31 +12,13 @@ namespace attn {
 namespace {
 
 using testing::Gemm;
+using testing::KernelName;
+using testing::OwnGemm;
+using testing::OwnKernels;
 using testing::random_matrix;
 using testing::reference_product;
 using testing::spread_columns;
 
-// The tests of attn's own GEMM below run once per kernel (OwnGemm/0 AVX-512, OwnGemm/1 AVX2), each
-// skipped where the CPU cannot run it.
-template <class Isa>
-bool cpu_runs() {
-  return std::is_same_v<Isa, kernels::detail::Avx512Isa> ? kernels::detail::cpu_has_avx512()
-                                                         : kernels::detail::cpu_has_avx2_fma();
-}
-template <class Isa>
-class OwnGemm : public Gemm {
- protected:
-  void SetUp() override {
-    if (!cpu_runs<Isa>()) GTEST_SKIP() << "this CPU cannot run the " << Isa::kName << " kernel";
-  }
-};
-struct KernelName {
-  template <class Isa>
-  static std::string GetName(int) {
-    return Isa::kName;
-  }
-};
-using OwnKernels = ::testing::Types<kernels::detail::Avx512Isa, kernels::detail::Avx2Isa>;
 TYPED_TEST_SUITE(OwnGemm, OwnKernels, KernelName);
 
 // The packed kernel itself, called directly so that even 1-row products reach it: every edge of
@@ -285,109 +268,6 @@ TYPED_TEST(OwnGemm, CWithRowsFourKibApartIsComputedInACopyWithTheSameBits) {
             }
           }
     }
-}
-
-// A wide C (the projection onto the vocabulary) of depth kKC < K <= 2 kKC is computed in one block
-// of depth K (depth_block). The block depth must not change a bit: the product equals the first
-// kKC steps of k followed by the rest accumulated onto them, in all three operand layouts, on one
-// and two threads, with the bias + ReLU epilogue on the finished sums.
-TYPED_TEST(OwnGemm, WideProductsInOneDeepBlockHaveTheBitsOfTwoBlocks) {
-  using kernels::detail::StridedMatrix;
-  constexpr Index kKC = TypeParam::kKC;
-  const Index M = 100;
-  for (Index K : {kKC + 44, 2 * kKC})
-    for (Index N : {Index(4096), Index(4100)}) {
-      ASSERT_EQ(kernels::detail::depth_block<TypeParam>(K, N), K);
-      ASSERT_EQ(kernels::detail::depth_block<TypeParam>(K, N - 100), kKC);
-      const auto a = random_matrix<float>(M, K, 71), at = random_matrix<float>(K, M, 72);
-      const auto b = random_matrix<float>(K, N, 73), bt = random_matrix<float>(N, K, 74);
-      const auto bias = random_matrix<float>(1, N, 75);
-      for (int layout = 0; layout < 3; ++layout)  // A B, A^T B, A B^T
-        for (int threads : {1, 2}) {
-          SCOPED_TRACE(::testing::Message() << "K=" << K << " N=" << N << " layout=" << layout
-                                            << ", " << threads << " threads");
-          // Columns [k0, k0 + kc) of A and rows [k0, k0 + kc) of B in the layout's strides.
-          const auto av = [&](Index k0, Index kc) {
-            return layout == 1 ? StridedMatrix<const float>{at.data() + k0 * M, M, kc, 1, M}
-                               : StridedMatrix<const float>{a.data() + k0, M, kc, K, 1};
-          };
-          const auto bv = [&](Index k0, Index kc) {
-            return layout == 2 ? StridedMatrix<const float>{bt.data() + k0, kc, N, 1, K}
-                               : StridedMatrix<const float>{b.data() + k0 * N, kc, N, N, 1};
-          };
-          const kernels::detail::GemmEpilogue relu{bias.data(), true};
-          RowMatrix<float> whole(M, N), split(M, N);
-          kernels::detail::gemm_packed<TypeParam>(av(0, K), bv(0, K), {whole.data(), M, N, N, 1},
-                                                  false, relu, threads);
-          kernels::detail::gemm_packed<TypeParam>(av(0, kKC), bv(0, kKC),
-                                                  {split.data(), M, N, N, 1}, false, {}, threads);
-          kernels::detail::gemm_packed<TypeParam>(av(kKC, K - kKC), bv(kKC, K - kKC),
-                                                  {split.data(), M, N, N, 1}, true, relu, threads);
-          EXPECT_TRUE((whole.array() == split.array()).all());
-        }
-    }
-}
-
-// A product deeper than 1.5 kDepthSlice runs in slices of depth (depth_slice), each accumulated
-// onto the one before. In the three operand layouts of a Linear, on one and two threads, for few
-// rows (own panels) and many (head and tail tasks): C has the bits of the same product as a chain
-// of unsliced products cut elsewhere; the bias + ReLU epilogue is applied once, to the finished
-// sums (C matches the definition); and the row sums of A count every slice, the same bits on both
-// thread counts.
-TYPED_TEST(OwnGemm, DeepProductsRunInSlicesWithTheBitsOfOneProduct) {
-  using kernels::detail::depth_slice;
-  using kernels::detail::StridedMatrix;
-  constexpr Index kS = kernels::detail::kDepthSlice;
-  EXPECT_EQ(depth_slice(kS + kS / 2), kS + kS / 2);
-  EXPECT_EQ(depth_slice(kS + kS / 2 + 1), kS);
-  const Index K = 3 * kS + 100, N = 70;                    // slices kS, kS, kS + 100
-  const std::vector<Index> chain{0, 1000, 3000, 5000, K};  // each link at most 1.5 kS deep
-  for (Index M : {Index(13), Index(600)}) {
-    ASSERT_EQ(kernels::detail::GemmTasks<TypeParam>(M, N, kS, 2).own_panels > 0, M < 512);
-    const auto a = random_matrix<float>(M, K, 91), b = random_matrix<float>(K, N, 93);
-    const RowMatrix<float> at = a.transpose(), bt = b.transpose();
-    const auto bias = random_matrix<float>(1, N, 95), start = random_matrix<float>(M, N, 96);
-    RowMatrix<double> expected = reference_product(a, b) + start.cast<double>();
-    for (Index i = 0; i < M; ++i)
-      for (Index j = 0; j < N; ++j) expected(i, j) = std::max(expected(i, j) + bias(0, j), 0.0);
-    for (int layout = 0; layout < 3; ++layout) {  // A B, A^T B (from at), A B^T (from bt)
-      // Columns [k0, k0 + kc) of A and rows [k0, k0 + kc) of B in the layout's strides.
-      const auto av = [&](Index k0, Index kc) {
-        return layout == 1 ? StridedMatrix<const float>{at.data() + k0 * M, M, kc, 1, M}
-                           : StridedMatrix<const float>{a.data() + k0, M, kc, K, 1};
-      };
-      const auto bv = [&](Index k0, Index kc) {
-        return layout == 2 ? StridedMatrix<const float>{bt.data() + k0, kc, N, 1, K}
-                           : StridedMatrix<const float>{b.data() + k0 * N, kc, N, N, 1};
-      };
-      std::vector<RowMatrix<float>> row_sums;
-      for (int threads : {1, 2}) {
-        SCOPED_TRACE(::testing::Message()
-                     << "M=" << M << " layout=" << layout << ", " << threads << " threads");
-        RowMatrix<float> sliced = start, chained = start, sums = RowMatrix<float>::Zero(1, M);
-        kernels::detail::GemmEpilogue epi{bias.data(), true};
-        epi.row_sums_of_a = sums.data();
-        kernels::detail::gemm_packed<TypeParam>(av(0, K), bv(0, K), {sliced.data(), M, N, N, 1},
-                                                true, epi, threads);
-        for (std::size_t l = 0; l + 1 < chain.size(); ++l) {
-          const Index k0 = chain[l], kc = chain[l + 1] - k0;
-          ASSERT_EQ(depth_slice(kc), kc);
-          kernels::detail::gemm_packed<TypeParam>(
-              av(k0, kc), bv(k0, kc), {chained.data(), M, N, N, 1}, true,
-              k0 + kc == K ? kernels::detail::GemmEpilogue{bias.data(), true}
-                           : kernels::detail::GemmEpilogue{},
-              threads);
-        }
-        EXPECT_TRUE((sliced.array() == chained.array()).all());
-        EXPECT_LT((sliced.cast<double>() - expected).cwiseAbs().maxCoeff(), 2e-7 * K + 1e-6);
-        EXPECT_GT((sliced.array() > 0).count(), M * N / 4);
-        for (Index i = 0; i < M; ++i)
-          EXPECT_NEAR(sums(0, i), a.row(i).cast<double>().sum(), 2e-7 * K) << "row " << i;
-        row_sums.push_back(sums);
-      }
-      EXPECT_TRUE((row_sums[0].array() == row_sums[1].array()).all());
-    }
-  }
 }
 
 // A^T B with C many column blocks wide packs A^T once for the whole product and shares it

@@ -1,6 +1,6 @@
 // Matrix products: c (=, or +=) a b, the one entry point every Linear, projection and gradient
 // runs through. Three paths, chosen per product:
-//   - attn's own GEMM (detail/gemm_packed.hpp), for float operands laid out in memory: its
+//   - attn's own GEMM (detail/gemm_slices.hpp), for float operands laid out in memory: its
 //     AVX-512 kernel on a CPU that has AVX-512, else its AVX2 kernel on a CPU with AVX2 and FMA
 //     (checked at run time, so no -march flag is needed). Both give the same bits;
 //   - Eigen's GEMM, split over threads by rows (the portable fallback, and the path for double,
@@ -28,7 +28,7 @@
 #include <cstring>
 
 #include "attn/kernels/detail/gemm_operand.hpp"
-#include "attn/kernels/detail/gemm_packed.hpp"
+#include "attn/kernels/detail/gemm_slices.hpp"
 #include "attn/kernels/detail/gemm_small.hpp"
 #include "attn/kernels/dropout.hpp"
 #include "attn/parallel.hpp"

@@ -195,7 +195,7 @@ struct GemmTasks {
   // 290, 128 x 4200 x 512 from 237 to 278, 512 x 8192 x 2048 from 220 to 294, 256 x 6000 x 1024
   // from 279 to 327, and the 2048-token ones (512 x 2048 x 2048, 256 x 2048 x 1024) stayed level,
   // although their panels then outgrow the 1 MiB L2. Products deeper than 3072 now run in
-  // slices (kDepthSlice), so at least five panels fit.
+  // slices (gemm_slices.hpp), so at least five panels fit.
   static constexpr Index kOwnPanelsBytes = Index(2) << 20;
   Index rows, panels;
   // head: row blocks, panels per column block, column blocks
@@ -298,7 +298,12 @@ inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const Gemm
   apply_gate(c, epi);
 }
 
-/// gemm_packed over one slice of depth (see depth_slice), or over all of a product not sliced.
+/// c (=, or += when accumulate) a b, then the epilogue, in one pass over all of K: a product not
+/// sliced, or one slice of depth of one that is (gemm_slices.hpp's gemm_packed, the entry point).
+/// c [M, N] must have unit column stride. Runs on up to `threads` threads (1 inside a parallel
+/// region). `constant_b`: b is a weight, whose packed form is kept while a ConstantWeightsScope is
+/// open (gemm_weight_cache.hpp).
+///
 /// Two phases: the threads pack B together (unless it is cached), meet at one barrier, then take
 /// tasks (blocks of C); or, for few rows, one phase of tasks that each pack their own panels of B
 /// (GemmTasks). A is read in place unless neither its rows nor its columns are contiguous, or it is
@@ -382,55 +387,6 @@ void gemm_packed_slice(const StridedMatrix<const float>& a, const StridedMatrix<
   for (Index t = 0; t < pack_tasks; ++t) pack_task(t);
   float* own_a = packs_a ? pack_buffer(PackSlot::a, kMC * depth) : nullptr;
   for (Index t = 0; t < work_tasks; ++t) work_task(t, own_a);
-}
-
-/// Products deeper than 1.5 kDepthSlice run as a sum of products over slices of K, each about
-/// kDepthSlice deep. Unsliced, every block of C rows reads all of packed B, which outgrows the
-/// caches as K grows: a weight gradient summed over 25,000 tokens (the paper's batch) packed a
-/// 51 MB B and read it from memory once per 96 rows. Sliced, each slice's B stays in L3 (and a
-/// task's own panels, GemmTasks, in L2) while the rows sweep it, and C is read back once a
-/// slice. Scratch timings (2 threads, medians of 3 alternating runs, GFLOP/s): A^T B at
-/// 512 x 8192 x 2048 from 271 to 309, 512 x 16384 x 512 from 212 to 292, 512 x 25000 x 2048 from
-/// 216 to 330, 2048 x 25000 x 512 from 267 to 310; A B at 2048 x 32000 x 512 (the input gradient
-/// of a 32,000-token vocabulary) from 296 to 319; 512 x 4096 x 2048 from 318 to 331. Slices of
-/// 1024 and 1536 were within a few percent of 2048.
-inline constexpr Index kDepthSlice = 2048;
-
-/// The depth of the next slice of a product with `rest` steps of k left: all of them up to
-/// 1.5 kDepthSlice, else kDepthSlice. So every slice but the last is kDepthSlice deep, the last
-/// between 0.5 and 1.5 times that, and a product up to 1.5 kDepthSlice deep is one slice. The
-/// slices never change a bit of C: each element's FMA chain runs on through C from one slice to
-/// the next, as from one depth block to the next; and as kDepthSlice is a whole number of any
-/// kernel's depth blocks, the blocks fall where they would unsliced, so the row sums of A are
-/// summed the same way too.
-inline Index depth_slice(Index rest) {
-  return rest <= kDepthSlice + kDepthSlice / 2 ? rest : kDepthSlice;
-}
-
-/// c (=, or += when accumulate) a b, then the epilogue; c [M, N] must have unit column stride.
-/// Runs on up to `threads` threads (1 inside a parallel region). `constant_b`: b is a weight, whose
-/// packed form is kept while a ConstantWeightsScope is open (gemm_weight_cache.hpp); such a
-/// product is not sliced (its packed copy is of all of b). A deep product runs in slices of depth
-/// (depth_slice), each accumulated onto the one before, the epilogue with the last (but the row
-/// sums of A, which every slice adds to).
-template <class Isa>
-void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const float>& b,
-                 StridedMatrix<float> c, bool accumulate, const GemmEpilogue& epi, int threads,
-                 bool constant_b = false) {
-  static_assert(kDepthSlice % Isa::kKC == 0 && kDepthSlice % kKCColumnsOfA == 0,
-                "slices are whole depth blocks");
-  const Index K = a.cols;
-  if (constant_b || depth_slice(K) == K || c.rows == 0 || c.cols == 0)
-    return gemm_packed_slice<Isa>(a, b, c, accumulate, epi, threads, constant_b);
-  GemmEpilogue sums_only;
-  sums_only.row_sums_of_a = epi.row_sums_of_a;
-  for (Index k0 = 0, kc = 0; k0 < K; k0 += kc) {
-    kc = depth_slice(K - k0);
-    const StridedMatrix<const float> a_slice{&a(0, k0), a.rows, kc, a.row_stride, a.col_stride};
-    const StridedMatrix<const float> b_slice{&b(k0, 0), kc, b.cols, b.row_stride, b.col_stride};
-    gemm_packed_slice<Isa>(a_slice, b_slice, c, accumulate || k0 > 0,
-                           k0 + kc == K ? epi : sums_only, threads, false);
-  }
 }
 
 }  // namespace attn::kernels::detail
