@@ -17,12 +17,29 @@ using testing::reference_product;
 
 TYPED_TEST_SUITE(OwnGemm, OwnKernels, KernelName);
 
+// The operands of one of a Linear's three products, in that product's strides: layout 0 is A B
+// (A from a [M, K], B from b [K, N]), 1 is A^T B (A from at [K, M]), 2 is A B^T (B from bt
+// [N, K]). a_cols and b_rows give columns [k0, k0 + kc) of A and rows [k0, k0 + kc) of B.
+struct LayoutOperands {
+  int layout;
+  const RowMatrix<float>&a, &at, &b, &bt;
+  kernels::detail::StridedMatrix<const float> a_cols(Index k0, Index kc) const {
+    const Index M = a.rows(), K = a.cols();
+    if (layout == 1) return {at.data() + k0 * M, M, kc, 1, M};
+    return {a.data() + k0, M, kc, K, 1};
+  }
+  kernels::detail::StridedMatrix<const float> b_rows(Index k0, Index kc) const {
+    const Index K = b.rows(), N = b.cols();
+    if (layout == 2) return {bt.data() + k0, kc, N, 1, K};
+    return {b.data() + k0 * N, kc, N, N, 1};
+  }
+};
+
 // A wide C (the projection onto the vocabulary) of depth kKC < K <= 2 kKC is computed in one block
 // of depth K (depth_block). The block depth must not change a bit: the product equals the first
 // kKC steps of k followed by the rest accumulated onto them, in all three operand layouts, on one
 // and two threads, with the bias + ReLU epilogue on the finished sums.
 TYPED_TEST(OwnGemm, WideProductsInOneDeepBlockHaveTheBitsOfTwoBlocks) {
-  using kernels::detail::StridedMatrix;
   constexpr Index kKC = TypeParam::kKC;
   const Index M = 100;
   for (Index K : {kKC + 44, 2 * kKC})
@@ -36,15 +53,9 @@ TYPED_TEST(OwnGemm, WideProductsInOneDeepBlockHaveTheBitsOfTwoBlocks) {
         for (int threads : {1, 2}) {
           SCOPED_TRACE(::testing::Message() << "K=" << K << " N=" << N << " layout=" << layout
                                             << ", " << threads << " threads");
-          // Columns [k0, k0 + kc) of A and rows [k0, k0 + kc) of B in the layout's strides.
-          const auto av = [&](Index k0, Index kc) {
-            return layout == 1 ? StridedMatrix<const float>{at.data() + k0 * M, M, kc, 1, M}
-                               : StridedMatrix<const float>{a.data() + k0, M, kc, K, 1};
-          };
-          const auto bv = [&](Index k0, Index kc) {
-            return layout == 2 ? StridedMatrix<const float>{bt.data() + k0, kc, N, 1, K}
-                               : StridedMatrix<const float>{b.data() + k0 * N, kc, N, N, 1};
-          };
+          const LayoutOperands ops{layout, a, at, b, bt};
+          const auto av = [&](Index k0, Index kc) { return ops.a_cols(k0, kc); };
+          const auto bv = [&](Index k0, Index kc) { return ops.b_rows(k0, kc); };
           const kernels::detail::GemmEpilogue relu{bias.data(), true};
           RowMatrix<float> whole(M, N), split(M, N);
           kernels::detail::gemm_packed<TypeParam>(av(0, K), bv(0, K), {whole.data(), M, N, N, 1},
@@ -85,15 +96,9 @@ TYPED_TEST(OwnGemm, DeepProductsRunInSlicesWithTheBitsOfOneProduct) {
         for (int threads : {1, 2}) {
           SCOPED_TRACE(::testing::Message() << "M=" << M << " layout=" << layout << " acc="
                                             << accumulate << ", " << threads << " threads");
-          // Columns [k0, k0 + kc) of A and rows [k0, k0 + kc) of B in the layout's strides.
-          const auto av = [&](Index k0, Index kc) {
-            return layout == 1 ? StridedMatrix<const float>{at.data() + k0 * M, M, kc, 1, M}
-                               : StridedMatrix<const float>{a.data() + k0, M, kc, K, 1};
-          };
-          const auto bv = [&](Index k0, Index kc) {
-            return layout == 2 ? StridedMatrix<const float>{bt.data() + k0, kc, N, 1, K}
-                               : StridedMatrix<const float>{b.data() + k0 * N, kc, N, N, 1};
-          };
+          const LayoutOperands ops{layout, a, at, b, bt};
+          const auto av = [&](Index k0, Index kc) { return ops.a_cols(k0, kc); };
+          const auto bv = [&](Index k0, Index kc) { return ops.b_rows(k0, kc); };
           // sliced, as a weight operand, unsliced, chained
           std::vector<RowMatrix<float>> c(4, start), sums(4, RowMatrix<float>::Zero(1, M));
           const auto epi = [&](int v, bool last) {
