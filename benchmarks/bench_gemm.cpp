@@ -11,6 +11,8 @@
 //   abt  C = A B^T     B stored [N, K] (a linear layer's forward: Y = X W^T, W [out, in])
 // the transposes passed as Eigen expressions (.transpose()), as attn's layers do.
 //
+// gemm_deep/: deeper products (see DeepShapes), not part of scripts/bench_compare.sh's groups.
+//
 // FLOP model: 2*M*K*N per product. Args: {M, K, N, threads}. Counters: GFLOP/s, %peak of the FMA
 // peak probed in the same run.
 #include <Eigen/Core>
@@ -89,6 +91,20 @@ void TransformerShapes(benchmark::internal::Benchmark* b) {
   attn_bench::wall_clock_ms(b);
 }
 
+/// Deep products, 2 threads: weight gradients summed over 16,384 and 25,000 tokens (A^T B) and the
+/// input gradient of a 32,000-token vocabulary (A B), which run in slices of K (gemm_slices.hpp).
+/// torch_gemm.py --shapes 512x16384x2048,2048x25000x512 --forms atb (and 2048x32000x512 --forms
+/// ab) times the peer on the same.
+void DeepShapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"M", "K", "N", "threads"});
+  b->Args({512, 16384, 2048, 2})->Args({2048, 25000, 512, 2});
+  attn_bench::wall_clock_ms(b);
+}
+void DeepInputGradient(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"M", "K", "N", "threads"})->Args({2048, 32000, 512, 2});
+  attn_bench::wall_clock_ms(b);
+}
+
 /// The naive loop is single-threaded: one small shape, attn on the same for comparison.
 void SmallShape(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "K", "N", "threads"})->Args({192, 256, 256, 1});
@@ -98,6 +114,8 @@ void SmallShape(benchmark::internal::Benchmark* b) {
 BENCHMARK_TEMPLATE(BM_Gemm, Form::ab)->Name("gemm/ab")->Apply(TransformerShapes);
 BENCHMARK_TEMPLATE(BM_Gemm, Form::atb)->Name("gemm/atb")->Apply(TransformerShapes);
 BENCHMARK_TEMPLATE(BM_Gemm, Form::abt)->Name("gemm/abt")->Apply(TransformerShapes);
+BENCHMARK_TEMPLATE(BM_Gemm, Form::atb)->Name("gemm_deep/atb")->Apply(DeepShapes);
+BENCHMARK_TEMPLATE(BM_Gemm, Form::ab)->Name("gemm_deep/ab")->Apply(DeepInputGradient);
 BENCHMARK_TEMPLATE(BM_Gemm, Form::ab)->Name("gemm_small/ab")->Apply(SmallShape);
 BENCHMARK_TEMPLATE(BM_Gemm, Form::ab, true)->Name("gemm_small/naive")->Apply(SmallShape);
 
