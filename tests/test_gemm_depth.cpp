@@ -22,7 +22,10 @@ TYPED_TEST_SUITE(OwnGemm, OwnKernels, KernelName);
 // [N, K]). a_cols and b_rows give columns [k0, k0 + kc) of A and rows [k0, k0 + kc) of B.
 struct LayoutOperands {
   int layout;
-  const RowMatrix<float>&a, &at, &b, &bt;
+  const RowMatrix<float>& a;
+  const RowMatrix<float>& at;
+  const RowMatrix<float>& b;
+  const RowMatrix<float>& bt;
   kernels::detail::StridedMatrix<const float> a_cols(Index k0, Index kc) const {
     const Index M = a.rows(), K = a.cols();
     if (layout == 1) return {at.data() + k0 * M, M, kc, 1, M};
@@ -75,7 +78,7 @@ TYPED_TEST(OwnGemm, WideProductsInOneDeepBlockHaveTheBitsOfTwoBlocks) {
 // of A have the bits of the unsliced product (gemm_packed_slice over all of K) and of a chain of
 // unsliced products cut elsewhere; the bias + ReLU epilogue is applied once, to the finished sums
 // (C matches the definition); and the row sums count every slice. A weight operand (constant_b)
-// outside a ConstantWeightsScope is sliced too, with the same bits.
+// outside a ConstantWeightsScope gives the same bits.
 TYPED_TEST(OwnGemm, DeepProductsRunInSlicesWithTheBitsOfOneProduct) {
   using kernels::detail::depth_slice;
   using kernels::detail::GemmEpilogue;
