@@ -57,15 +57,14 @@ TYPED_TEST(OwnGemm, WideProductsInOneDeepBlockHaveTheBitsOfTwoBlocks) {
           SCOPED_TRACE(::testing::Message() << "K=" << K << " N=" << N << " layout=" << layout
                                             << ", " << threads << " threads");
           const LayoutOperands ops{layout, a, at, b, bt};
-          const auto av = [&](Index k0, Index kc) { return ops.a_cols(k0, kc); };
-          const auto bv = [&](Index k0, Index kc) { return ops.b_rows(k0, kc); };
           const kernels::detail::GemmEpilogue relu{bias.data(), true};
           RowMatrix<float> whole(M, N), split(M, N);
-          kernels::detail::gemm_packed<TypeParam>(av(0, K), bv(0, K), {whole.data(), M, N, N, 1},
-                                                  false, relu, threads);
-          kernels::detail::gemm_packed<TypeParam>(av(0, kKC), bv(0, kKC),
+          kernels::detail::gemm_packed<TypeParam>(ops.a_cols(0, K), ops.b_rows(0, K),
+                                                  {whole.data(), M, N, N, 1}, false, relu, threads);
+          kernels::detail::gemm_packed<TypeParam>(ops.a_cols(0, kKC), ops.b_rows(0, kKC),
                                                   {split.data(), M, N, N, 1}, false, {}, threads);
-          kernels::detail::gemm_packed<TypeParam>(av(kKC, K - kKC), bv(kKC, K - kKC),
+          kernels::detail::gemm_packed<TypeParam>(ops.a_cols(kKC, K - kKC),
+                                                  ops.b_rows(kKC, K - kKC),
                                                   {split.data(), M, N, N, 1}, true, relu, threads);
           EXPECT_TRUE((whole.array() == split.array()).all());
         }
@@ -100,8 +99,6 @@ TYPED_TEST(OwnGemm, DeepProductsRunInSlicesWithTheBitsOfOneProduct) {
           SCOPED_TRACE(::testing::Message() << "M=" << M << " layout=" << layout << " acc="
                                             << accumulate << ", " << threads << " threads");
           const LayoutOperands ops{layout, a, at, b, bt};
-          const auto av = [&](Index k0, Index kc) { return ops.a_cols(k0, kc); };
-          const auto bv = [&](Index k0, Index kc) { return ops.b_rows(k0, kc); };
           // sliced, as a weight operand, unsliced, chained
           std::vector<RowMatrix<float>> c(4, start), sums(4, RowMatrix<float>::Zero(1, M));
           const auto epi = [&](int v, bool last) {
@@ -111,15 +108,16 @@ TYPED_TEST(OwnGemm, DeepProductsRunInSlicesWithTheBitsOfOneProduct) {
           };
           const auto cv = [&](int v) { return StridedMatrix<float>{c[v].data(), M, N, N, 1}; };
           for (int v : {0, 1})
-            kernels::detail::gemm_packed<TypeParam>(av(0, K), bv(0, K), cv(v), accumulate,
-                                                    epi(v, true), threads, v == 1);
-          kernels::detail::gemm_packed_slice<TypeParam>(av(0, K), bv(0, K), cv(2), accumulate,
-                                                        epi(2, true), threads, false);
+            kernels::detail::gemm_packed<TypeParam>(ops.a_cols(0, K), ops.b_rows(0, K), cv(v),
+                                                    accumulate, epi(v, true), threads, v == 1);
+          kernels::detail::gemm_packed_slice<TypeParam>(ops.a_cols(0, K), ops.b_rows(0, K), cv(2),
+                                                        accumulate, epi(2, true), threads, false);
           for (std::size_t l = 0; l + 1 < chain.size(); ++l) {
             const Index k0 = chain[l], kc = chain[l + 1] - k0;
             ASSERT_EQ(depth_slice(kc), kc);
-            kernels::detail::gemm_packed<TypeParam>(
-                av(k0, kc), bv(k0, kc), cv(3), accumulate || k0 > 0, epi(3, k0 + kc == K), threads);
+            kernels::detail::gemm_packed<TypeParam>(ops.a_cols(k0, kc), ops.b_rows(k0, kc), cv(3),
+                                                    accumulate || k0 > 0, epi(3, k0 + kc == K),
+                                                    threads);
           }
           for (int v : {1, 2, 3}) {
             EXPECT_TRUE((c[v].array() == c[0].array()).all()) << "C of variant " << v;
