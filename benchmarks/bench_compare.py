@@ -5,9 +5,10 @@ Usage (through scripts/bench_compare.sh, which builds the bench binaries and ins
   /usr/bin/python3 benchmarks/bench_compare.py --build BUILD_DIR [--only train,decode,mha,gemm]
       [--rounds 3] [--reps 5] [--threads 2,1] [--min-time 0.2] [--out FILE.md] [--raw DIR]
 
-Each round runs every selected job as attn, then PyTorch (A B A B ...), after an FMA-peak probe
-(bench_fma_peak) whose figure every attn process of that round is given (ATTN_FMA_PEAK), so
-that each GFLOP/s is also a % of the peak measured minutes apart. Jobs:
+Each round runs every selected job on both sides in turn, attn first in rounds 1, 3, 5, ... and
+PyTorch first in rounds 2, 4, ... (A B, B A, A B, ...), after an FMA-peak probe (bench_fma_peak)
+whose figure every attn process of that round is given (ATTN_FMA_PEAK), so that each GFLOP/s is
+also a % of the peak measured minutes apart. Jobs:
   train   training step, small and base (bench_train_step vs peers/torch_transformer.py train),
           32 x 64 tokens, each thread count; also the peak resident memory of each process
   decode  base greedy decoding of 30 tokens, batch 1 (each thread count) and batch 32 (the
@@ -284,28 +285,43 @@ def probe_peak(args, log, reps):
 
 
 def run_round(args, r, jobs, raw, peaks):
+    """Round r (from 0, as the raw logs r0_..., r1_... are numbered): the FMA probe, then each job
+    on both sides, attn first when r is even and PyTorch first when it is odd, so that an effect
+    of position or of drift does not always favour the same side. With a fixed order, position
+    cannot be told apart from what is measured: in session 38 a scratch build that always ran
+    second measured 1.10x over 40 pairs, then 1.09x over 15 rounds and 1.02x over 12 more with the
+    order rotated (docs/benchmark-history.md, Zen 3). A case keeps a round only if both sides
+    measured it."""
     say = lambda msg: print(f"[round {r + 1}/{args.rounds}] {msg}", file=sys.stderr, flush=True)
     peak = probe_peak(args, os.path.join(raw, f"r{r}_fma_peak.log"), max(3, args.reps))
     peaks.append(peak)
     say(f"FMA peak {peak[1]:.0f} / {peak[2]:.0f} GFLOP/s on 1 / 2 threads")
     for job in jobs:
         stem = os.path.join(raw, f"r{r}_{job.name.replace(' ', '_')}")
-        try:
+
+        def attn_side():
             data, rss = run_attn(args, job.attn_binary, job.attn_filter, args.reps,
                                  stem + "_attn.log", peak)
             for case in job.cases:
                 record_attn(case, data, peak)
                 case.rss["attn"].append(rss)
+
+        def peer_side():
             text, rss = run_peer(args, job.peer_argv, job.cases[0].threads, stem + "_peer.log")
             job.parse_peer(job.cases, text)
             for case in job.cases:
                 case.rss["peer"].append(rss)
+
+        try:
+            for side in (peer_side, attn_side) if r % 2 else (attn_side, peer_side):
+                side()
             say(f"{job.name}: done")
         except (RuntimeError, KeyError, OSError, ValueError) as e:
             say(f"{job.name}: FAILED: {e}")
             for case in job.cases:  # keep the rounds of both sides paired
-                del case.attn[len(case.peer):]
-                del case.rss["attn"][len(case.rss["peer"]):]
+                for mine, theirs in (case.attn, case.peer), (case.rss["attn"], case.rss["peer"]):
+                    kept = min(len(mine), len(theirs))
+                    del mine[kept:], theirs[kept:]
 
 
 # ---- the report ----------------------------------------------------------------------------
@@ -353,6 +369,20 @@ def case_row(case):
             f"| {fmt(a_gflops, '')} | {'-' if pct is None else f'{pct:.0f}%'} | {fmt(p_gflops, '')} |")
 
 
+def round_order(rounds):
+    """Which side ran first in which rounds, counted from 1 ("attn first in rounds 1, 3 and 5,
+    PyTorch first in rounds 2 and 4"): with an odd count, attn ran first once more."""
+    def listed(numbers):
+        words = [str(n) for n in numbers]
+        return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+    first = range(1, rounds + 1, 2)
+    text = f"attn first in round{'s' * (len(first) > 1)} {listed(first)}"
+    if rounds > 1:
+        second = range(2, rounds + 1, 2)
+        text += f", PyTorch first in round{'s' * (len(second) > 1)} {listed(second)}"
+    return text
+
+
 def report(args, cases, peaks, load):
     commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
                             capture_output=True, text=True).stdout.strip() or "unknown"
@@ -364,7 +394,7 @@ def report(args, cases, peaks, load):
              f"at the start and {load[1]:.1f} at the end.",
              "",
              f"Command: `{args.command}` ({args.rounds} round{'s' * (args.rounds > 1)} of attn "
-             f"then PyTorch, "
+             f"and PyTorch in turn, {round_order(args.rounds)}, "
              f"{args.reps} repetition{'s' * (args.reps > 1)} per side and round, after warm-up).",
              ""]
     if peaks:

@@ -90,5 +90,64 @@ class ParseAndRatio(unittest.TestCase):
             bc.record_attn(case, attn_json("other/", [1.0]), {})
 
 
+class RoundOrder(unittest.TestCase):
+    """run_round swaps which side runs first every round, and a side that fails leaves both sides
+    with the same number of rounds."""
+
+    def setUp(self):
+        self.saved = bc.probe_peak, bc.run_attn, bc.run_peer
+        self.calls, self.failing, self.round = [], None, 0
+        bc.probe_peak = lambda args, log, reps: {1: 1.0, 2: 2.0}
+        bc.run_attn = self.fake_attn
+        bc.run_peer = self.fake_peer
+        self.args = type("Args", (), {"rounds": 4, "reps": 5})()
+        self.job = bc.gemm_jobs([2], 5, 0.1)[0]
+
+    def tearDown(self):
+        bc.probe_peak, bc.run_attn, bc.run_peer = self.saved
+
+    def fake_attn(self, args, binary, bench_filter, reps, log, peak):
+        self.calls.append("attn")
+        if self.failing == "attn":
+            raise RuntimeError("attn failed")
+        ms = 5.0 + self.round
+        data = {"benchmarks": [b for case in self.job.cases
+                               for b in attn_json(case.attn_prefix, [ms])["benchmarks"]]}
+        return data, 100
+
+    def fake_peer(self, args, peer_argv, threads, log):
+        self.calls.append("peer")
+        if self.failing == "peer":
+            raise RuntimeError("peer failed")
+        return GEMM_OUT.replace("10.000", f"{10.0 + self.round:.3f}"), 200
+
+    def play_round(self, r):
+        self.round = r
+        bc.run_round(self.args, r, [self.job], "/nonexistent", [])
+
+    def test_the_side_that_runs_first_alternates(self):
+        for r in range(4):
+            self.play_round(r)
+        self.assertEqual(self.calls, ["attn", "peer", "peer", "attn"] * 2)
+        case = self.job.cases[0]
+        self.assertEqual([x["median_ms"] for x in case.attn], [5.0, 6.0, 7.0, 8.0])
+        self.assertEqual([x["median_ms"] for x in case.peer], [10.0, 11.0, 12.0, 13.0])
+        self.assertIn("| 1.77 (1.62-2.00) |", bc.case_row(case))  # 10/5, 11/6, 12/7, 13/8
+        self.assertEqual(bc.round_order(5),
+                         "attn first in rounds 1, 3 and 5, PyTorch first in rounds 2 and 4")
+        self.assertEqual(bc.round_order(1), "attn first in round 1")
+
+    def test_a_failed_side_drops_the_round_of_both(self):
+        # Round 1 runs PyTorch first and then fails on attn; round 2 runs attn first and then
+        # fails on PyTorch: both sides keep rounds 0 and 3 only, the later ones dropped.
+        for r, fail in ((0, None), (1, "attn"), (2, "peer"), (3, None)):
+            self.failing = fail
+            self.play_round(r)
+        for case in self.job.cases:
+            self.assertEqual([x["median_ms"] for x in case.attn], [5.0, 8.0])
+            self.assertEqual([x["median_ms"] for x in case.peer], [10.0, 13.0])
+            self.assertEqual((case.rss["attn"], case.rss["peer"]), ([100, 100], [200, 200]))
+
+
 if __name__ == "__main__":
     unittest.main()
