@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # attn against PyTorch, alternately (attn, PyTorch; PyTorch, attn; ... the order swapped every
-# round, >= 3 rounds) on the same shapes, with an FMA-peak probe in every round, and the ratio table that goes into the README
-# (markdown, with date, commit and command): training step small and base, greedy decoding
-# batch 1 and 32, the multi-head attention block forward+backward, and the GEMM shapes of a step
-# against OpenBLAS SkylakeX (torch.mm). benchmarks/bench_compare.py says what is timed and how.
+# round, >= 3 rounds) on the same shapes, with an FMA-peak probe in every round, and the ratio
+# table that goes into the README (markdown, with date, commit and command): training step small
+# and base, greedy decoding batch 1 and 32, the multi-head attention block forward+backward, and
+# the GEMM shapes of a step against OpenBLAS SkylakeX (torch.mm). benchmarks/bench_compare.py says
+# what is timed and how.
 #
 # Usage: bash scripts/bench_compare.sh [--build DIR] [--only train,decode,mha,gemm] [--rounds 3]
 #                                      [--reps 5] [--threads 2,1] [--min-time 0.2] [--out FILE]
