@@ -289,9 +289,8 @@ def run_round(args, r, jobs, raw, peaks):
     on both sides, attn first when r is even and PyTorch first when it is odd, so that an effect
     of position or of drift does not always favour the same side. With a fixed order, position
     cannot be told apart from what is measured: in session 38 a scratch build that always ran
-    second measured 1.10x over 40 pairs, then 1.09x over 15 rounds and 1.02x over 12 more with the
-    order rotated (docs/benchmark-history.md, Zen 3). A case keeps a round only if both sides
-    measured it."""
+    second measured 1.10x over 40 pairs, and when the order rotated its gain shrank
+    (docs/benchmark-history.md, Zen 3). A case keeps a round only if both sides measured it."""
     say = lambda msg: print(f"[round {r + 1}/{args.rounds}] {msg}", file=sys.stderr, flush=True)
     peak = probe_peak(args, os.path.join(raw, f"r{r}_fma_peak.log"), max(3, args.reps))
     peaks.append(peak)
