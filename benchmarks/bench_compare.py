@@ -284,13 +284,20 @@ def probe_peak(args, log, reps):
             2: float(context["fma_peak_GFLOP/s_2_threads"])}
 
 
+def attn_runs_first(r):
+    """Whether attn runs before PyTorch in round r (from 0): run_round's order, which round_order
+    reports."""
+    return r % 2 == 0
+
+
 def run_round(args, r, jobs, raw, peaks):
     """Round r (from 0, as the raw logs r0_..., r1_... are numbered): the FMA probe, then each job
-    on both sides, attn first when r is even and PyTorch first when it is odd, so that an effect
-    of position or of drift does not always favour the same side. With a fixed order, position
-    cannot be told apart from what is measured: in session 38 a scratch build that always ran
-    second measured 1.10x over 40 pairs, and when the order rotated its gain shrank
-    (docs/benchmark-history.md, Zen 3). A case keeps a round only if both sides measured it."""
+    on both sides, attn first when r is even and PyTorch first when it is odd (attn_runs_first),
+    so that an effect of position or of drift does not always favour the same side. With a fixed
+    order, position cannot be told apart from what is measured: in session 38 a scratch build
+    that always ran second measured 1.10x over 40 pairs, and when the order rotated its gain
+    shrank (docs/benchmark-history.md, Zen 3). A case keeps a round only if both sides measured
+    it."""
     say = lambda msg: print(f"[round {r + 1}/{args.rounds}] {msg}", file=sys.stderr, flush=True)
     peak = probe_peak(args, os.path.join(raw, f"r{r}_fma_peak.log"), max(3, args.reps))
     peaks.append(peak)
@@ -312,7 +319,7 @@ def run_round(args, r, jobs, raw, peaks):
                 case.rss["peer"].append(rss)
 
         try:
-            for side in (peer_side, attn_side) if r % 2 else (attn_side, peer_side):
+            for side in (attn_side, peer_side) if attn_runs_first(r) else (peer_side, attn_side):
                 side()
             say(f"{job.name}: done")
         except (RuntimeError, KeyError, OSError, ValueError) as e:
@@ -374,10 +381,10 @@ def round_order(rounds):
     def listed(numbers):
         words = [str(n) for n in numbers]
         return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
-    first = range(1, rounds + 1, 2)
+    first = [r + 1 for r in range(rounds) if attn_runs_first(r)]
+    second = [r + 1 for r in range(rounds) if not attn_runs_first(r)]
     text = f"attn first in round{'s' * (len(first) > 1)} {listed(first)}"
-    if rounds > 1:
-        second = range(2, rounds + 1, 2)
+    if second:
         text += f", PyTorch first in round{'s' * (len(second) > 1)} {listed(second)}"
     return text
 
