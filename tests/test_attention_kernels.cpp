@@ -572,5 +572,75 @@ TEST(AttentionKernels, RegisterTilesGiveTheBitsOfThePackedPath) {
   EXPECT_EQ(tiled, 134);  // 8 cases x 5 masks + 9 cases (S < T) x 3 masks, x 2 dropout
 }
 
+/// Queries [t0, t0 + nt) of `pb` as a problem of their own, with the same keys, values and key
+/// padding (no causal mask, additive mask or dropout, which depend on a query's position).
+Problem<float> query_rows(const Problem<float>& pb, Index t0, Index nt) {
+  Problem<float> part = pb;
+  const AttentionShape& s = pb.shape;
+  part.shape.queries = nt;
+  part.q = Tensor<float>({s.batch * nt, pb.ldq});
+  part.dout = Tensor<float>({s.batch * nt, pb.ldo});
+  for (Index b = 0; b < s.batch; ++b)
+    for (Index i = 0; i < nt; ++i) {
+      const Index from = b * s.queries + t0 + i, to = b * nt + i;
+      for (Index j = 0; j < pb.ldq; ++j) part.q(to, j) = pb.q(from, j);
+      for (Index j = 0; j < pb.ldo; ++j) part.dout(to, j) = pb.dout(from, j);
+    }
+  return part;
+}
+
+// A head's blocks of queries pack its K^T and V (forward), K^T, V^T and K (backward) once and reuse
+// them (detail/gemm_reused_b.hpp); the copies' counter shows that they did. Each block must still
+// give the bits it gives in a call of its own, which packs them anew: the output, log-sum-exp and
+// dQ of the queries of a block of 128, another of 128 and a last of 40 (keys past 64, so no
+// register tiles), without and with key padding, on each kernel. dK and dV sum over the blocks, so
+// they are checked against the naive kernel, and the whole call on two threads for its bits.
+TEST(AttentionKernels, HeadOperandsPackedOnceGiveTheBitsOfEachBlockAlone) {
+  const Index B = 2, H = 2, S = 300, K = 32, block = kernels::kAttentionQueryBlock;
+  const Index Tq = 2 * block + 40, blocks = 3, hk = H * K;
+  if (!kernels::gemm_path_available(kernels::GemmPath::avx2) &&
+      !kernels::gemm_path_available(kernels::GemmPath::avx512))
+    GTEST_SKIP() << "no AVX2 or AVX-512 GEMM on this CPU: nothing reuses a packed operand";
+  const int saved = num_threads();
+  for (const auto path : {kernels::GemmPath::avx512, kernels::GemmPath::avx2}) {
+    if (!kernels::gemm_path_available(path)) continue;
+    GemmPathScope scope(path);
+    for (int kind : {kNone, kPadding}) {
+      SCOPED_TRACE(::testing::Message() << kernels::gemm_path_name(path) << " mask=" << kind);
+      Problem<float> pb = make_problem<float>(B, H, Tq, S, K, 1, 41);
+      pb.mask = make_mask<float>(kind, pb.shape);
+      set_num_threads(1);  // the counter is the calling thread's
+      const std::uint64_t before = kernels::detail::reused_b_cache().reuses;
+      const Result<float> whole = run(pb, true, false, true);
+      // Every block after a head's first reuses 2 copies in forward and 3 in backward.
+      EXPECT_EQ(kernels::detail::reused_b_cache().reuses - before,
+                static_cast<std::uint64_t>(B * H * (blocks - 1) * (2 + 3)));
+      for (Index t0 = 0; t0 < Tq; t0 += block) {
+        const Index nt = std::min(block, Tq - t0);
+        const Result<float> alone = run(query_rows(pb, t0, nt), true, false, true);
+        for (Index b = 0; b < B; ++b)
+          for (Index i = 0; i < nt; ++i) {
+            const Index row = b * Tq + t0 + i, own = b * nt + i;
+            for (Index j = 0; j < hk; ++j) {
+              ASSERT_EQ(whole.out(row, j), alone.out(own, j)) << "out " << row << ", " << j;
+              ASSERT_EQ(whole.dq(row, j), alone.dq(own, j)) << "dq " << row << ", " << j;
+            }
+            for (Index h = 0; h < H; ++h)
+              ASSERT_EQ(whole.lse.data()[(b * H + h) * Tq + t0 + i],
+                        alone.lse.data()[(b * H + h) * nt + i]);
+          }
+      }
+      const Result<float> naive = run(pb, false, false, true);
+      EXPECT_LT(rel_diff(naive.dk, whole.dk, hk), 1e-5);
+      EXPECT_LT(rel_diff(naive.dv, whole.dv, hk), 1e-5);
+      set_num_threads(2);
+      const Result<float> two = run(pb, true, false, true);
+      EXPECT_TRUE(same_bits(whole.out, two.out, hk) && same_bits(whole.dq, two.dq, hk) &&
+                  same_bits(whole.dk, two.dk, hk) && same_bits(whole.dv, two.dv, hk));
+    }
+  }
+  set_num_threads(saved);
+}
+
 }  // namespace
 }  // namespace attn

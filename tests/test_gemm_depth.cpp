@@ -79,6 +79,7 @@ TYPED_TEST(OwnGemm, WideProductsInOneDeepBlockHaveTheBitsOfTwoBlocks) {
 // (C matches the definition); and the row sums count every slice. A weight operand (constant_b)
 // outside a ConstantWeightsScope gives the same bits.
 TYPED_TEST(OwnGemm, DeepProductsRunInSlicesWithTheBitsOfOneProduct) {
+  using kernels::detail::BLifetime;
   using kernels::detail::depth_slice;
   using kernels::detail::GemmEpilogue;
   using kernels::detail::StridedMatrix;
@@ -108,10 +109,12 @@ TYPED_TEST(OwnGemm, DeepProductsRunInSlicesWithTheBitsOfOneProduct) {
           };
           const auto cv = [&](int v) { return StridedMatrix<float>{c[v].data(), M, N, N, 1}; };
           for (int v : {0, 1})
-            kernels::detail::gemm_packed<TypeParam>(ops.a_cols(0, K), ops.b_rows(0, K), cv(v),
-                                                    accumulate, epi(v, true), threads, v == 1);
+            kernels::detail::gemm_packed<TypeParam>(
+                ops.a_cols(0, K), ops.b_rows(0, K), cv(v), accumulate, epi(v, true), threads,
+                v == 1 ? BLifetime::weight : BLifetime::product);
           kernels::detail::gemm_packed_slice<TypeParam>(ops.a_cols(0, K), ops.b_rows(0, K), cv(2),
-                                                        accumulate, epi(2, true), threads, false);
+                                                        accumulate, epi(2, true), threads,
+                                                        BLifetime::product);
           for (std::size_t l = 0; l + 1 < chain.size(); ++l) {
             const Index k0 = chain[l], kc = chain[l + 1] - k0;
             ASSERT_EQ(depth_slice(kc), kc);

@@ -5,7 +5,8 @@
 //
 // Work is split over (batch row, head) pairs with OpenMP; each pair is computed by one thread with
 // serial GEMMs (kernels/gemm.hpp) on strided maps of the packed Q, K, V, so the result is bitwise
-// the same for any thread count. Blocks of at least 8 queries (detail::kTileMinRows) of heads of
+// the same for any thread count; the GEMMs pack the head's K and V once for all its query blocks
+// (detail/gemm_reused_b.hpp). Blocks of at least 8 queries (detail::kTileMinRows) of heads of
 // 16-64 dimensions against at most 64 keys run in AVX-512 register tiles instead
 // (detail/attention_tile_avx512.hpp), which give the same bits. Inside a pair, queries go in blocks
 // of kAttentionQueryBlock rows against the full key length: a thread holds at most [block, S]
@@ -62,14 +63,16 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
                                      mask, after_softmax))
           return;
         auto pb = scratch.block(scratch.p, blk.nt, blk.ns);
-        detail::block_product(pb, blk.queries(q, ldq), blk.keys(k, ldk).transpose(), false);
+        detail::block_product(pb, blk.queries(q, ldq), blk.keys(k, ldk).transpose(), false,
+                              /*head_operand=*/true);
         detail::for_each_query_row(blk, mask.causal, [&](const detail::QueryRow& r) {
           T* row = scratch.p.data() + r.i * S;
           lse[r.bht] = detail::softmax_masked_row(row, r.n, scale, mask.additive.row(r.t), blk.pad);
           std::fill(row + r.n, row + blk.ns, T(0));
           after_softmax(r);
         });
-        detail::block_product(blk.queries(out, ldo), pb, blk.keys(v, ldv), false);  // P V
+        detail::block_product(blk.queries(out, ldo), pb, blk.keys(v, ldv), false,
+                              /*head_operand=*/true);  // P V
       });
 }
 
@@ -138,7 +141,8 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
           for (Index j = 0; j < blk.ns; ++j) ds[j] = pr[j] * (ds[j] - d) * scale;
         }
         auto dsb = scratch.block(scratch.dp, blk.nt, blk.ns);  // scale dlogits
-        detail::gradient_product<T>(blk.queries(dq, lddq), dsb, blk.keys(k, ldk), false, tiles);
+        detail::gradient_product<T>(blk.queries(dq, lddq), dsb, blk.keys(k, ldk), false, tiles,
+                                    /*head_operand=*/true);
         detail::gradient_product<T>(blk.keys(dk, lddk), dsb.transpose(), qb, !first, tiles);
       });
 }

@@ -222,10 +222,10 @@ void add_row_sums_eigen(T* sums, const Lhs& a) {
 /// Runs the product on attn's own GEMM if it applies (float, operands in memory, c with
 /// contiguous rows, a CPU with one of its kernels); false when the caller must take the Eigen path.
 /// Products of fewer than kGemmPackedMinRows rows take the few-row kernels unless `few_row_kernels`
-/// is false.
+/// is false. `b_lifetime`: whether b's packed form may be kept (detail::BLifetime).
 template <class Dst, class Lhs, class Rhs, class T>
 bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T>& epi,
-                  bool constant_b, bool few_row_kernels = true) {
+                  BLifetime b_lifetime, bool few_row_kernels = true) {
 #if defined(ATTN_HAVE_AVX512_GEMM)
   if constexpr (std::is_same_v<T, float>) {
     const GemmPath path = gemm_path();
@@ -260,24 +260,27 @@ bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epi
     // kernel on AVX2 (each as before the AVX2 few-row kernels).
     if (few_rows && avx512) return false;
     if (avx512)
-      gemm_packed<Avx512Isa>(ac, bc, *cv, accumulate, fused, threads, constant_b);
+      gemm_packed<Avx512Isa>(ac, bc, *cv, accumulate, fused, threads, b_lifetime);
     else
-      gemm_packed<Avx2Isa>(ac, bc, *cv, accumulate, fused, threads, constant_b);
+      gemm_packed<Avx2Isa>(ac, bc, *cv, accumulate, fused, threads, b_lifetime);
     return true;
   }
 #endif
-  (void)c, (void)a, (void)b, (void)accumulate, (void)epi, (void)constant_b, (void)few_row_kernels;
+  (void)c, (void)a, (void)b, (void)accumulate, (void)epi, (void)b_lifetime, (void)few_row_kernels;
   return false;
 }
 
 /// c (=, or += when accumulate) a * b as gemm computes it, but on the packed kernel whatever the
 /// rows of c, never the few-row kernels (which sum in another order): the products of attention's
 /// blocks, whose AVX-512 register tiles (attention_tiles.hpp) give the packed kernel's bits.
+/// `reuse_b`: b is unchanged while the calling thread's ReusedBScope is open (gemm_reused_b.hpp),
+/// so its packed form is kept for the next product with the same b (the same bits).
 template <class Dst, class Lhs, class Rhs>
-void gemm_packed_order(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate) {
+void gemm_packed_order(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, bool reuse_b = false) {
   ATTN_ASSERT(a.rows() == c.rows() && b.cols() == c.cols() && a.cols() == b.rows());
   using T = typename std::decay_t<Dst>::Scalar;
-  if (try_gemm_own(c, a, b, accumulate, Epilogue<T>{}, false, false)) return;
+  const BLifetime lifetime = reuse_b ? BLifetime::scope : BLifetime::product;
+  if (try_gemm_own(c, a, b, accumulate, Epilogue<T>{}, lifetime, false)) return;
   gemm_eigen(c, a, b, accumulate);
 }
 
@@ -311,7 +314,8 @@ void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T
           bool constant_b = false) {
   ATTN_ASSERT(a.rows() == c.rows() && b.cols() == c.cols() && a.cols() == b.rows());
   ATTN_ASSERT(epi.gate == nullptr || (epi.bias == nullptr && !epi.relu && epi.dropout == 0));
-  if (detail::try_gemm_own(c, a, b, accumulate, epi, constant_b)) return;
+  const auto lifetime = constant_b ? detail::BLifetime::weight : detail::BLifetime::product;
+  if (detail::try_gemm_own(c, a, b, accumulate, epi, lifetime)) return;
   detail::gemm_eigen(c, a, b, accumulate);
   if (epi.bias != nullptr || epi.relu || epi.dropout > 0 || epi.gate != nullptr)
     detail::apply_epilogue(c, epi);

@@ -19,6 +19,12 @@ T gated(T c, T g, T scale) {
   return g > T(0) ? c * scale : T(0);
 }
 
+/// How long a product's B stays as it is, which decides whether its packed form is kept:
+///   product: this product only (packed into the thread's buffer, as every B by default);
+///   weight:  a weight, kept while a ConstantWeightsScope is open (gemm_weight_cache.hpp);
+///   scope:   kept while a ReusedBScope is open (gemm_reused_b.hpp): a head's keys and values.
+enum class BLifetime { product, weight, scope };
+
 /// A [rows, cols] matrix whose element (i, k) is data[i * row_stride + k * col_stride].
 template <class T>
 struct StridedMatrix {

@@ -5,6 +5,7 @@
 
 #include "attn/kernels/detail/gemm_avx2.hpp"
 #include "attn/kernels/detail/gemm_avx512.hpp"
+#include "attn/kernels/detail/gemm_reused_b.hpp"
 #include "attn/kernels/detail/gemm_weight_cache.hpp"
 #include "attn/kernels/dropout.hpp"
 
@@ -12,6 +13,7 @@
 
 #include <cstdlib>
 #include <new>
+#include <tuple>
 
 #include "attn/parallel.hpp"
 
@@ -301,8 +303,10 @@ inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const Gemm
 /// c (=, or += when accumulate) a b, then the epilogue, in one pass over all of K: a product not
 /// sliced, or one slice of depth of one that is (gemm_slices.hpp's gemm_packed, the entry point).
 /// c [M, N] must have unit column stride. Runs on up to `threads` threads (1 inside a parallel
-/// region). `constant_b`: b is a weight, whose packed form is kept while a ConstantWeightsScope is
-/// open (gemm_weight_cache.hpp).
+/// region). `b_lifetime` says whether b's packed form is kept: a weight's while a
+/// ConstantWeightsScope is open (gemm_weight_cache.hpp), an operand marked `scope` while a
+/// ReusedBScope is (gemm_reused_b.hpp). The latter's copy is looked up after every allocation that
+/// may throw, so that a copy marked as packed is always packed.
 ///
 /// Two phases: the threads pack B together (unless it is cached), meet at one barrier, then take
 /// tasks (blocks of C); or, for few rows, one phase of tasks that each pack their own panels of B
@@ -311,7 +315,7 @@ inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const Gemm
 template <class Isa>
 void gemm_packed_slice(const StridedMatrix<const float>& a, const StridedMatrix<const float>& b,
                        StridedMatrix<float> c, bool accumulate, const GemmEpilogue& epi,
-                       int threads, bool constant_b) {
+                       int threads, BLifetime b_lifetime) {
   constexpr int kNR = Isa::kNR;
   constexpr Index kMC = Isa::kMC;
   using Tasks = GemmTasks<Isa>;
@@ -322,8 +326,10 @@ void gemm_packed_slice(const StridedMatrix<const float>& a, const StridedMatrix<
   if (omp_in_parallel()) threads = 1;
 #endif
   const Index panels = Tasks::ceil_div(N, kNR);
-  const auto [cached, first_use] = constant_b ? cached_packing(b, K * panels * kNR, kNR)
-                                              : std::pair<float*, bool>{nullptr, false};
+  // B's kept packed form, if it has one, and whether that is still to be written.
+  auto [cached, first_use] = b_lifetime == BLifetime::weight
+                                 ? cached_packing(b, K * panels * kNR, kNR)
+                                 : std::pair<float*, bool>{nullptr, false};
   const Tasks tasks(M, N, K, threads, cached != nullptr);
   threads = static_cast<int>(std::min<Index>(threads, tasks.count()));
   const ALayout in_place = a_layout<Isa>(a, tasks.own_panels > 0);
@@ -333,6 +339,8 @@ void gemm_packed_slice(const StridedMatrix<const float>& a, const StridedMatrix<
   // A cached B keeps the depth it was packed with, whatever the A of a later product.
   const Index depth = depth_block<Isa>(K, N, in_place == ALayout::columns && cached == nullptr);
   const Index kblocks = (K + depth - 1) / depth;
+  if (b_lifetime == BLifetime::scope && tasks.own_panels == 0)
+    std::tie(cached, first_use) = reused_packing(b, K * panels * kNR, kNR, depth);
   const PackedB<kNR> packed_b{cached != nullptr      ? cached
                               : tasks.own_panels > 0 ? nullptr
                                                      : pack_buffer(PackSlot::b, K * panels * kNR),

@@ -33,15 +33,15 @@ inline Index depth_slice(Index rest) {
 }
 
 /// c (=, or += when accumulate) a b, then the epilogue; c [M, N] must have unit column stride.
-/// Runs on up to `threads` threads (1 inside a parallel region). `constant_b`: b is a weight, whose
-/// packed form is kept while a ConstantWeightsScope is open (gemm_weight_cache.hpp); such a
-/// product, while a scope is open, is not sliced (its packed copy is of all of b). Else a deep
+/// Runs on up to `threads` threads (1 inside a parallel region). `b_lifetime`: whether b's packed
+/// form is kept (gemm_packed_slice); a weight's product, while a ConstantWeightsScope is open, is
+/// not sliced (its packed copy is of all of b), and a sliced product keeps nothing. Else a deep
 /// product runs in slices of depth (depth_slice), each accumulated onto the one before, the
 /// epilogue with the last (but the row sums of A, which every slice adds to).
 template <class Isa>
 void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const float>& b,
                  StridedMatrix<float> c, bool accumulate, const GemmEpilogue& epi, int threads,
-                 bool constant_b = false) {
+                 BLifetime b_lifetime = BLifetime::product) {
   static_assert(kDepthSlice % Isa::kKC == 0 && kDepthSlice % kKCColumnsOfA == 0,
                 "slices are whole depth blocks");
   const Index K = a.cols;
@@ -49,9 +49,9 @@ void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const 
     if (epi.row_sums_of_a != nullptr) Isa::add_row_sums(a, 0, c.rows, 0, K, epi.row_sums_of_a);
     return;
   }
-  const bool cached = constant_b && weight_cache().depth > 0;
+  const bool cached = b_lifetime == BLifetime::weight && weight_cache().depth > 0;
   if (cached || depth_slice(K) == K || c.rows == 0)
-    return gemm_packed_slice<Isa>(a, b, c, accumulate, epi, threads, constant_b);
+    return gemm_packed_slice<Isa>(a, b, c, accumulate, epi, threads, b_lifetime);
   GemmEpilogue sums_only;
   sums_only.row_sums_of_a = epi.row_sums_of_a;
   for (Index k0 = 0, kc = 0; k0 < K; k0 += kc) {
@@ -59,7 +59,7 @@ void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const 
     const StridedMatrix<const float> a_slice{&a(0, k0), a.rows, kc, a.row_stride, a.col_stride};
     const StridedMatrix<const float> b_slice{&b(k0, 0), kc, b.cols, b.row_stride, b.col_stride};
     gemm_packed_slice<Isa>(a_slice, b_slice, c, accumulate || k0 > 0,
-                           k0 + kc == K ? epi : sums_only, threads, false);
+                           k0 + kc == K ? epi : sums_only, threads, BLifetime::product);
   }
 }
 
