@@ -590,11 +590,12 @@ Problem<float> query_rows(const Problem<float>& pb, Index t0, Index nt) {
 }
 
 // A head's blocks of queries pack its K^T and V (forward), K^T, V^T and K (backward) once and reuse
-// them (detail/gemm_reused_b.hpp); the copies' counter shows that they did. Each block must still
-// give the bits it gives in a call of its own, which packs them anew: the output, log-sum-exp and
-// dQ of the queries of a block of 128, another of 128 and a last of 40 (keys past 64, so no
+// them (detail/gemm_pack_buffers.hpp); the copies' counter shows that they did. Each block must
+// still give the bits it gives in a call of its own, which packs them anew: the output, log-sum-exp
+// and dQ of the queries of a block of 128, another of 128 and a last of 40 (keys past 64, so no
 // register tiles), without and with key padding, on each kernel. dK and dV sum over the blocks, so
-// they are checked against the naive kernel, and the whole call on two threads for its bits.
+// they are checked against the naive kernel, and the whole call on two threads for its bits. A
+// causal mask keeps nothing (each block sees another number of keys).
 TEST(AttentionKernels, HeadOperandsPackedOnceGiveTheBitsOfEachBlockAlone) {
   const Index B = 2, H = 2, S = 300, K = 32, block = kernels::kAttentionQueryBlock;
   const Index Tq = 2 * block + 40, blocks = 3, hk = H * K;
@@ -637,7 +638,20 @@ TEST(AttentionKernels, HeadOperandsPackedOnceGiveTheBitsOfEachBlockAlone) {
       const Result<float> two = run(pb, true, false, true);
       EXPECT_TRUE(same_bits(whole.out, two.out, hk) && same_bits(whole.dq, two.dq, hk) &&
                   same_bits(whole.dk, two.dk, hk) && same_bits(whole.dv, two.dv, hk));
+      set_num_threads(1);
     }
+    // With a causal mask every block sees another number of keys: nothing is kept.
+    Problem<float> pb = make_problem<float>(B, H, Tq, Tq, K, 1, 43);
+    pb.mask = make_mask<float>(kCausal, pb.shape);
+    const std::uint64_t before = kernels::detail::reused_b_cache().reuses;
+    const Result<float> causal = run(pb, true, false, true);
+    EXPECT_EQ(kernels::detail::reused_b_cache().reuses, before);
+    const Result<float> naive = run(pb, false, false, true);
+    for (const auto& [want, got] : {std::pair{&naive.out, &causal.out},
+                                    {&naive.dq, &causal.dq},
+                                    {&naive.dk, &causal.dk},
+                                    {&naive.dv, &causal.dv}})
+      EXPECT_LT(rel_diff(*want, *got, hk), 1e-5);
   }
   set_num_threads(saved);
 }

@@ -225,8 +225,10 @@ TYPED_TEST(OwnGemm, ConstantWeightsArePackedOncePerScopeWithTheSameResults) {
 // read that copy: the same bits as without a scope, on one thread and on two (which pack B
 // together). Another B of the same shape, or another view of the same memory, is another copy;
 // more operands than copies evict the oldest, which is then packed again; a product not marked,
-// or with no scope open, keeps nothing; and after the scope, new values at the same address are
-// packed afresh. Two threads on 130 rows give each task its own panels of B: nothing is kept.
+// or with no scope open, keeps nothing; a view with other strides only (B and B^T of a square B)
+// is another copy; a nested scope's end keeps the copies; and after the outermost scope, new
+// values at the same address are packed afresh. Two threads on 130 rows give each task its own
+// panels of B: nothing is kept.
 TYPED_TEST(OwnGemm, ReusableBIsPackedOncePerScopeWithTheSameBits) {
   using kernels::detail::gemm_packed_order;
   kernels::set_gemm_path(std::is_same_v<TypeParam, kernels::detail::Avx512Isa>
@@ -275,11 +277,32 @@ TYPED_TEST(OwnGemm, ReusableBIsPackedOncePerScopeWithTheSameBits) {
       EXPECT_TRUE(same(product(a2, keys.transpose(), true), want2));
       EXPECT_EQ(cache.reuses - before, kept ? 2u : 0u) << "evicted, packed again";
     }
+    {
+      // A square B and its transpose: the same address, rows and columns, other strides (K and
+      // K^T of a head with as many keys as dimensions). And a nested scope's end keeps the copies.
+      const auto square = random_matrix<float>(K, K, 35);
+      const RowMatrix<float> want_b = product(a, square, false),
+                             want_bt = product(a, square.transpose(), false);
+      // 64 x 64 x 130 or 600 multiply-adds: one thread, or two sharing B; kept either way.
+      const std::uint64_t first = cache.reuses;
+      kernels::detail::ReusedBScope outer;
+      {
+        kernels::detail::ReusedBScope inner;
+        EXPECT_TRUE(same(product(a, square, true), want_b));
+      }
+      EXPECT_TRUE(same(product(a, square.transpose(), true), want_bt)) << "another copy";
+      EXPECT_EQ(cache.reuses - first, 0u);
+      EXPECT_TRUE(same(product(a, square, true), want_b)) << "kept past the inner scope";
+      EXPECT_EQ(cache.reuses - first, 1u);
+    }
+    const float* address = keys.data();
     keys = other;  // the same address, other values
+    ASSERT_EQ(keys.data(), address);
+    const std::uint64_t last = cache.reuses;
     kernels::detail::ReusedBScope scope;
     EXPECT_TRUE(same(product(a, keys.transpose(), true), want_other)) << "not the old copy";
     EXPECT_TRUE(same(product(a, keys.transpose(), true), want_other));
-    EXPECT_EQ(cache.reuses - before, kept ? 3u : 0u);
+    EXPECT_EQ(cache.reuses - last, kept ? 1u : 0u);
   }
   set_num_threads(1);
 }

@@ -5,15 +5,16 @@
 //
 // Work is split over (batch row, head) pairs with OpenMP; each pair is computed by one thread with
 // serial GEMMs (kernels/gemm.hpp) on strided maps of the packed Q, K, V, so the result is bitwise
-// the same for any thread count; the GEMMs pack the head's K and V once for all its query blocks
-// (detail/gemm_reused_b.hpp). Blocks of at least 8 queries (detail::kTileMinRows) of heads of
-// 16-64 dimensions against at most 64 keys run in AVX-512 register tiles instead
-// (detail/attention_tile_avx512.hpp), which give the same bits. Inside a pair, queries go in blocks
-// of kAttentionQueryBlock rows against the full key length: a thread holds at most [block, S]
-// probabilities (two or three such buffers in backward), never the [B, H, T, S] tensor. With a
-// causal mask a block only computes the keys its last row may see. Backward is FlashAttention's:
-// the probabilities are recomputed from Q, K and the saved log-sum-exp, and the softmax derivative
-// uses D_t = rowsum(dO_t * O_t) instead of a second pass over P.
+// the same for any thread count; without a causal mask the GEMMs pack the head's K and V once for
+// all its query blocks (detail/gemm_pack_buffers.hpp). Blocks of at least 8 queries
+// (detail::kTileMinRows) of heads of 16-64 dimensions against at most 64 keys run in AVX-512
+// register tiles instead (detail/attention_tile_avx512.hpp), which give the same bits. Inside a
+// pair, queries go in blocks of kAttentionQueryBlock rows against the full key length: a thread
+// holds at most [block, S] probabilities (two or three such buffers in backward), never the
+// [B, H, T, S] tensor. With a causal mask a block only computes the keys its last row may see.
+// Backward is FlashAttention's: the probabilities are recomputed from Q, K and the saved
+// log-sum-exp, and the softmax derivative uses D_t = rowsum(dO_t * O_t) instead of a second pass
+// over P.
 //
 // Layout, masks and dropout: attention_common.hpp and attn/mask.hpp. Same contract as
 // attention_naive.hpp, against which tests/test_attention_kernels.cpp checks it. The scratch

@@ -273,8 +273,9 @@ bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epi
 /// c (=, or += when accumulate) a * b as gemm computes it, but on the packed kernel whatever the
 /// rows of c, never the few-row kernels (which sum in another order): the products of attention's
 /// blocks, whose AVX-512 register tiles (attention_tiles.hpp) give the packed kernel's bits.
-/// `reuse_b`: b is unchanged while the calling thread's ReusedBScope is open (gemm_reused_b.hpp),
-/// so its packed form is kept for the next product with the same b (the same bits).
+/// `reuse_b`: b is unchanged while the calling thread's ReusedBScope is open
+/// (gemm_pack_buffers.hpp), so its packed form is kept for the next product with the same b (the
+/// same bits).
 template <class Dst, class Lhs, class Rhs>
 void gemm_packed_order(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, bool reuse_b = false) {
   ATTN_ASSERT(a.rows() == c.rows() && b.cols() == c.cols() && a.cols() == b.rows());

@@ -22,7 +22,7 @@ T gated(T c, T g, T scale) {
 /// How long a product's B stays as it is, which decides whether its packed form is kept:
 ///   product: this product only (packed into the thread's buffer, as every B by default);
 ///   weight:  a weight, kept while a ConstantWeightsScope is open (gemm_weight_cache.hpp);
-///   scope:   kept while a ReusedBScope is open (gemm_reused_b.hpp): a head's keys and values.
+///   scope:   kept while a ReusedBScope is open (gemm_pack_buffers.hpp): a head's keys and values.
 enum class BLifetime { product, weight, scope };
 
 /// A [rows, cols] matrix whose element (i, k) is data[i * row_stride + k * col_stride].
@@ -34,6 +34,14 @@ struct StridedMatrix {
 
   T& operator()(Index i, Index k) const { return data[i * row_stride + k * col_stride]; }
 };
+
+/// Whether two operands are the same view of the same memory: what the caches of packed B
+/// (gemm_weight_cache.hpp, gemm_pack_buffers.hpp) key their copies on.
+template <class T>
+bool same_view(const StridedMatrix<T>& x, const StridedMatrix<T>& y) {
+  return x.data == y.data && x.rows == y.rows && x.cols == y.cols && x.row_stride == y.row_stride &&
+         x.col_stride == y.col_stride;
+}
 
 /// The strided form of an Eigen expression with direct access to its coefficients, or nothing for
 /// an expression that must be evaluated first (a scaled product, a sum, ...).

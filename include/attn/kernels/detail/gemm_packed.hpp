@@ -5,42 +5,17 @@
 
 #include "attn/kernels/detail/gemm_avx2.hpp"
 #include "attn/kernels/detail/gemm_avx512.hpp"
-#include "attn/kernels/detail/gemm_reused_b.hpp"
+#include "attn/kernels/detail/gemm_pack_buffers.hpp"
 #include "attn/kernels/detail/gemm_weight_cache.hpp"
 #include "attn/kernels/dropout.hpp"
 
 #if defined(ATTN_HAVE_AVX512_GEMM)
 
-#include <cstdlib>
-#include <new>
 #include <tuple>
 
 #include "attn/parallel.hpp"
 
 namespace attn::kernels::detail {
-
-/// A 64-byte aligned buffer per thread and purpose that only ever grows, so that a training loop
-/// allocates packing space in its first step and never again.
-enum class PackSlot { b = 0, a = 1, c = 2, shared_a = 3 };
-inline float* pack_buffer(PackSlot slot, Index floats) {
-  struct Buffer {
-    float* data = nullptr;
-    Index capacity = 0;
-    ~Buffer() { std::free(data); }
-  };
-  thread_local Buffer buffers[4];
-  Buffer& buf = buffers[static_cast<int>(slot)];
-  if (buf.capacity < floats) {
-    std::free(buf.data);
-    buf.data = nullptr;
-    buf.capacity = 0;
-    const std::size_t bytes = (static_cast<std::size_t>(floats) * sizeof(float) + 63) / 64 * 64;
-    buf.data = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (buf.data == nullptr) throw std::bad_alloc();
-    buf.capacity = floats;
-  }
-  return buf.data;
-}
 
 /// Panels of B per packing task when B's rows are contiguous (pack_b_panels): 256 bytes of each
 /// row for the AVX2 kernel, 512 for the AVX-512 one.
@@ -305,8 +280,8 @@ inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const Gemm
 /// c [M, N] must have unit column stride. Runs on up to `threads` threads (1 inside a parallel
 /// region). `b_lifetime` says whether b's packed form is kept: a weight's while a
 /// ConstantWeightsScope is open (gemm_weight_cache.hpp), an operand marked `scope` while a
-/// ReusedBScope is (gemm_reused_b.hpp). The latter's copy is looked up after every allocation that
-/// may throw, so that a copy marked as packed is always packed.
+/// ReusedBScope is (gemm_pack_buffers.hpp). The latter's copy is looked up after every allocation
+/// before B is packed, so that a copy marked as packed is always packed.
 ///
 /// Two phases: the threads pack B together (unless it is cached), meet at one barrier, then take
 /// tasks (blocks of C); or, for few rows, one phase of tasks that each pack their own panels of B
@@ -336,7 +311,7 @@ void gemm_packed_slice(const StridedMatrix<const float>& a, const StridedMatrix<
   const SharedA shared_a = packs_a_once(a, tasks) ? shared_a_buffer<Isa>(M, K) : SharedA{};
   const ALayout layout = shared_a.data != nullptr ? ALayout::packed : in_place;
   const bool packs_a = layout == ALayout::packed && shared_a.data == nullptr;
-  // A cached B keeps the depth it was packed with, whatever the A of a later product.
+  // A cached weight keeps its packing depth whatever the later A (scope copies are keyed on it).
   const Index depth = depth_block<Isa>(K, N, in_place == ALayout::columns && cached == nullptr);
   const Index kblocks = (K + depth - 1) / depth;
   if (b_lifetime == BLifetime::scope && tasks.own_panels == 0)

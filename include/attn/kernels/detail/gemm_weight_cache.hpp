@@ -52,10 +52,7 @@ inline std::pair<float*, bool> cached_packing(const StridedMatrix<const float>& 
   WeightCache& cache = weight_cache();
   if (cache.depth == 0) return {nullptr, false};
   for (PackedWeight& e : cache.entries) {
-    const StridedMatrix<const float>& s = e.source;
-    if (s.data != b.data || s.rows != b.rows || s.cols != b.cols || s.row_stride != b.row_stride ||
-        s.col_stride != b.col_stride || e.panel_width != panel_width)
-      continue;
+    if (!same_view(e.source, b) || e.panel_width != panel_width) continue;
     if (e.packed != nullptr) return {e.packed, false};
     const std::size_t bytes = (static_cast<std::size_t>(floats) * sizeof(float) + 63) / 64 * 64;
     e.packed = static_cast<float*>(std::aligned_alloc(64, bytes));
