@@ -275,6 +275,23 @@ inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const Gemm
   apply_gate(c, epi);
 }
 
+/// A task with its own panels of B (GemmTasks::own_panels): columns [blk.q0, blk.q1) of C for all
+/// rows, its panels packed by the thread that reads them, then its rows kMC at a time.
+template <class Isa>
+void gemm_own_panels(const StridedMatrix<const float>& a, ALayout layout,
+                     const StridedMatrix<const float>& b, StridedMatrix<float> c, const CBlock& blk,
+                     Index depth, bool accumulate, const GemmEpilogue& epi, float* own_a) {
+  constexpr int kNR = Isa::kNR;
+  const Index K = a.cols, M = c.rows;
+  const PackedB<kNR> own{pack_buffer(PackSlot::b, K * (blk.q1 - blk.q0) * kNR), blk.q1 - blk.q0,
+                         depth, blk.q0};
+  for (Index k0 = 0; k0 < K; k0 += depth)
+    pack_b_block<Isa>(b, k0, std::min<Index>(depth, K - k0), blk.q0, blk.q1, own);
+  for (Index i0 = 0; i0 < M; i0 += Isa::kMC)
+    gemm_block<Isa>(a, layout, own, c, {i0, std::min(Isa::kMC, M - i0), blk.q0, blk.q1}, accumulate,
+                    epi, own_a);
+}
+
 /// c (=, or += when accumulate) a b, then the epilogue, in one pass over all of K: a product not
 /// sliced, or one slice of depth of one that is (gemm_slices.hpp's gemm_packed, the entry point).
 /// c [M, N] must have unit column stride. Runs on up to `threads` threads (1 inside a parallel
@@ -337,14 +354,7 @@ void gemm_packed_slice(const StridedMatrix<const float>& a, const StridedMatrix<
     const CBlock blk = tasks.block(t);
     if (tasks.own_panels == 0)
       return gemm_block<Isa>(a, layout, packed_b, c, blk, accumulate, epi, own_a, shared_a);
-    // The task's own panels, packed by the thread that reads them, then its rows kMC at a time.
-    const PackedB<kNR> own{pack_buffer(PackSlot::b, K * (blk.q1 - blk.q0) * kNR), blk.q1 - blk.q0,
-                           depth, blk.q0};
-    for (Index k0 = 0; k0 < K; k0 += depth)
-      pack_b_block<Isa>(b, k0, std::min<Index>(depth, K - k0), blk.q0, blk.q1, own);
-    for (Index i0 = 0; i0 < M; i0 += kMC)
-      gemm_block<Isa>(a, layout, own, c, {i0, std::min(kMC, M - i0), blk.q0, blk.q1}, accumulate,
-                      epi, own_a);
+    gemm_own_panels<Isa>(a, layout, b, c, blk, depth, accumulate, epi, own_a);
   };
 #if defined(_OPENMP)
   if (threads > 1) {
