@@ -3,7 +3,7 @@
 // 1x1024}, the shapes of the PyTorch peer (benchmarks/torch_attention.py, ../shared/bench/peers).
 //
 // Q, K and V are the column blocks of one packed [B*L, 3D] projection (ld = 3D), as
-// MultiHeadAttention hands them to the kernel. No mask, no dropout.
+// MultiHeadAttention hands them to the kernel. No mask (but see the causal ones below), no dropout.
 //
 // FLOP model (multiply-add = 2 FLOP; softmax, scaling and masking not counted), the same as the
 // peer's "math_fwd" / "math_fwd_bwd":
@@ -17,6 +17,11 @@
 //   mha_fwd_bwd      zero_grad + forward + backward (gradients of x and of every parameter)
 //   FLOP model: projections P = 8*B*L*D^2 (in_proj 3 x, out_proj 1 x), forward = P + A with
 //   A = 4*B*H*L^2*K as above, forward+backward = 3 x forward.
+//
+// fast_fwd_causal, fast_fwd_bwd_causal: the same kernels under a causal mask (a decoder's
+// self-attention), credited with the visible query-key pairs only: L (L + 1) / 2 per head instead
+// of L^2 in the models above. The peer's "math_fwd_bwd_causal" masks the future keys of its math
+// attention (scripts/bench_compare.sh compares the two).
 //
 // Args: {B, L, threads}. Counters: tokens/s = B*L per iteration; GFLOP/s by the models above and
 // %peak of the FMA peak probed in the same run. Every benchmark runs its operation twice untimed
@@ -80,12 +85,13 @@ void backward(Inputs& in) {
     q + 2 * kDModel, ld, in.out.data(), kDModel, in.lse.data(), in.shape, in.mask, in.scale, {});
 }
 
-template <bool Fast, bool Backward>
+template <bool Fast, bool Backward, bool Causal = false>
 void BM_Attention(benchmark::State& state) {
   const Index B = state.range(0), L = state.range(1);
   const int threads = static_cast<int>(state.range(2));
   attn::set_num_threads(threads);
   Inputs in(B, L);
+  in.mask.causal = Causal;
   const auto run = [&] {
     forward<Fast>(in);
     if (Backward) backward<Fast>(in);
@@ -96,7 +102,8 @@ void BM_Attention(benchmark::State& state) {
   for (int i = 0; i < 2; ++i) run();  // warm-up
   const auto start = attn_bench::loop_start();
   for (auto _ : state) run();
-  const double flops = (Backward ? 3.0 : 1.0) * 4.0 * B * kHeads * L * L * kHeadDim;
+  const double pairs = Causal ? 0.5 * L * (L + 1) : 1.0 * L * L;  // query-key pairs per head
+  const double flops = (Backward ? 3.0 : 1.0) * 4.0 * B * kHeads * pairs * kHeadDim;
   attn_bench::set_rate_counters(state, start, flops, static_cast<double>(B * L), threads);
 }
 
@@ -141,6 +148,8 @@ BENCHMARK_TEMPLATE(BM_Attention, false, false)->Name("naive_fwd")->Apply(Shapes)
 BENCHMARK_TEMPLATE(BM_Attention, true, false)->Name("fast_fwd")->Apply(Shapes);
 BENCHMARK_TEMPLATE(BM_Attention, false, true)->Name("naive_fwd_bwd")->Apply(Shapes);
 BENCHMARK_TEMPLATE(BM_Attention, true, true)->Name("fast_fwd_bwd")->Apply(Shapes);
+BENCHMARK_TEMPLATE(BM_Attention, true, false, true)->Name("fast_fwd_causal")->Apply(Shapes);
+BENCHMARK_TEMPLATE(BM_Attention, true, true, true)->Name("fast_fwd_bwd_causal")->Apply(Shapes);
 BENCHMARK_TEMPLATE(BM_MultiHeadAttention, false)->Name("mha_fwd")->Apply(Shapes);
 BENCHMARK_TEMPLATE(BM_MultiHeadAttention, true)->Name("mha_fwd_bwd")->Apply(Shapes);
 

@@ -16,7 +16,8 @@ also a % of the peak measured minutes apart. Jobs:
   mha     multi-head attention block forward+backward, d 512, 8 heads, B x L 32x64 and 4x512
           (bench_attention mha_fwd_bwd vs nn.MultiheadAttention, benchmarks/torch_attention.py),
           and the attention alone at the same shapes (bench_attention fast_fwd_bwd, Q, K and V
-          the column blocks of one packed projection, vs PyTorch's math attention math_fwd_bwd)
+          the column blocks of one packed projection, vs PyTorch's math attention math_fwd_bwd),
+          also under a causal mask (fast_fwd_bwd_causal vs math_fwd_bwd_causal)
   gemm    2048x512x512, 2048x512x2048, 2048x2048x512, 2048x512x8000 as A B, A^T B and A B^T
           (bench_gemm vs torch.mm on OpenBLAS, benchmarks/torch_gemm.py)
 Both sides warm up before timing and time --reps repetitions (train: one step each, after 2
@@ -98,7 +99,8 @@ def decode_jobs(threads, reps):
 
 # bench_attention's name of a benchmark -> torch_attention.py's, and the table's label.
 MHA_OPS = (("mha_fwd_bwd", "mha_fwd_bwd", "MHA block fwd+bwd"),
-           ("fast_fwd_bwd", "math_fwd_bwd", "attention alone fwd+bwd"))
+           ("fast_fwd_bwd", "math_fwd_bwd", "attention alone fwd+bwd"),
+           ("fast_fwd_bwd_causal", "math_fwd_bwd_causal", "causal attention alone fwd+bwd"))
 
 
 def mha_jobs(threads, reps):

@@ -18,9 +18,10 @@ GEMM_OUT = ("# torch 1.13.0a0, torch threads 2\n"
 
 MHA_OUT = ("# torch 1.13.0a0, torch threads 2, shapes ...\n"
            "op              B     L threads  median ms    min ms  GFLOP/s\n"
-           + "".join(f"{op:<13} {b:>3} {l:>5}       2 {ms:>10.2f} {ms - 1:>9.2f}    100.0\n"
+           + "".join(f"{op:<19} {b:>3} {l:>5}       2 {ms:>10.2f} {ms - 1:>9.2f}    100.0\n"
                      for b, l in bc.MHA_SHAPES
-                     for op, ms in (("math_fwd", 1.0), ("math_fwd_bwd", 3.0), ("mha_fwd", 20.0),
+                     for op, ms in (("math_fwd", 1.0), ("math_fwd_bwd", 3.0),
+                                    ("math_fwd_bwd_causal", 2.0), ("mha_fwd", 20.0),
                                     ("mha_fwd_bwd", 60.0))))
 
 
@@ -56,15 +57,21 @@ class ParseAndRatio(unittest.TestCase):
     def test_mha_rows_go_to_the_block_and_to_the_attention_alone(self):
         job = bc.mha_jobs([2], 5)[0]
         self.assertEqual(job.attn_filter,
-                         "^(mha_fwd_bwd|fast_fwd_bwd)/(B:32/L:64|B:4/L:512)/threads:2/")
+                         "^(mha_fwd_bwd|fast_fwd_bwd|fast_fwd_bwd_causal)/(B:32/L:64|B:4/L:512)"
+                         "/threads:2/")
         bc.parse_peer_mha(job.cases, MHA_OUT)
         peer = {c.attn_prefix: c.peer[0]["median_ms"] for c in job.cases}
         self.assertEqual(peer, {"mha_fwd_bwd/B:32/L:64/threads:2/": 60.0,
                                 "mha_fwd_bwd/B:4/L:512/threads:2/": 60.0,
                                 "fast_fwd_bwd/B:32/L:64/threads:2/": 3.0,
-                                "fast_fwd_bwd/B:4/L:512/threads:2/": 3.0})
+                                "fast_fwd_bwd/B:4/L:512/threads:2/": 3.0,
+                                "fast_fwd_bwd_causal/B:32/L:64/threads:2/": 2.0,
+                                "fast_fwd_bwd_causal/B:4/L:512/threads:2/": 2.0})
+        # The causal row is its own: a prefix match must not take it for math_fwd_bwd's.
         with self.assertRaisesRegex(RuntimeError, "math_fwd_bwd 4 512"):
-            bc.parse_peer_mha(job.cases, MHA_OUT.replace("math_fwd_bwd    4", "other"))
+            bc.parse_peer_mha(job.cases, MHA_OUT.replace("math_fwd_bwd          4", "other"))
+        with self.assertRaisesRegex(RuntimeError, "math_fwd_bwd_causal 4 512"):
+            bc.parse_peer_mha(job.cases, MHA_OUT.replace("math_fwd_bwd_causal   4", "other"))
 
     def test_range_over_rounds(self):
         cases = bc.gemm_jobs([2], 5, 0.1)[0].cases

@@ -2,12 +2,13 @@
 # The attention table of the README: every shape, both kernels, one side after the other (for
 # the interleaved attn / PyTorch ratios use scripts/bench_compare.sh --only mha):
 #   1. bench_attention (naive vs fast attn kernel and the whole MHA block, forward and
-#      forward+backward, 1 and 2 threads, 5 repetitions each with %peak of the FMA peak),
-#      built Release with -march=native (ATTN_NATIVE, on by default);
-#   2. benchmarks/torch_attention.py (PyTorch math attention and nn.MultiheadAttention at the same
-#      shapes) under ../shared/bench/peers/peer_env.sh mode tuned512, PyTorch at its best here,
-#      with 1 and 2 threads.
-# Usage: bash scripts/bench_attention.sh [build dir, default build-bench]   (about 5 minutes)
+#      forward+backward, 1 and 2 threads, 5 repetitions each with %peak of the FMA peak; and the
+#      fast kernel under a causal mask), built Release with -march=native (ATTN_NATIVE, on by
+#      default);
+#   2. benchmarks/torch_attention.py (PyTorch math attention, also causal forward+backward, and
+#      nn.MultiheadAttention at the same shapes) under ../shared/bench/peers/peer_env.sh mode
+#      tuned512, PyTorch at its best here, with 1 and 2 threads.
+# Usage: bash scripts/bench_attention.sh [build dir, default build-bench]   (5 to 10 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-bench}

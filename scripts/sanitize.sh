@@ -51,7 +51,7 @@ if [ "$which" = tsan ] || [ "$which" = all ]; then
   cmake -S . -B build-tsan "${common[@]}" -DCMAKE_CXX_COMPILER="$cxx" \
     -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
-  cmake --build build-tsan -j"$jobs" --target test_gemm test_gemm_packed test_attention_kernels \
+  cmake --build build-tsan -j"$jobs" --target test_gemm test_gemm_packed test_gemm_kept_b test_attention_kernels \
     test_parallel test_training translate_test_pipeline attn-translate
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1
   ctest --test-dir build-tsan --output-on-failure --no-tests=error -j1 --timeout 3000 \

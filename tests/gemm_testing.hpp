@@ -1,7 +1,7 @@
 // Shared by the tests of kernels::gemm (test_gemm.cpp) and of attn's packed kernels themselves
-// (test_gemm_packed.cpp, test_gemm_depth.cpp): random operands, the product by its definition, the
-// Gemm fixture, which restores the thread count and the automatic path after each test, and the
-// OwnGemm fixture of the typed tests over attn's two kernels.
+// (test_gemm_packed.cpp, test_gemm_depth.cpp, test_gemm_kept_b.cpp): random operands, the product
+// by its definition, the Gemm fixture, which restores the thread count and the automatic path
+// after each test, and the OwnGemm fixture of the typed tests over attn's two kernels.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -1,8 +1,8 @@
 // attn's own packed GEMM kernels (AVX-512 and AVX2), called directly: every edge of the register
 // tile and the depth blocks, packing of A and B, the tasks a product is cut into, constant-weight
 // caching, C rows 4 KiB apart and A^T packed once, each against the definition or for the bits of
-// another path. Deep products are tested in test_gemm_depth.cpp, kernels::gemm as a whole in
-// test_gemm.cpp.
+// another path. Deep products are tested in test_gemm_depth.cpp, the copies of B kept while a
+// ReusedBScope is open in test_gemm_kept_b.cpp, kernels::gemm as a whole in test_gemm.cpp.
 #include "attn/kernels/gemm.hpp"
 #include "gemm_testing.hpp"
 #include "pch.hpp"
@@ -218,93 +218,6 @@ TYPED_TEST(OwnGemm, ConstantWeightsArePackedOncePerScopeWithTheSameResults) {
   EXPECT_EQ(cache.entries.size(), 0u);
   for (const auto* r : {&first, &second, &third}) EXPECT_TRUE((r->array() == plain.array()).all());
   EXPECT_TRUE((top.array() == plain.topRows(M / 2).array()).all());
-}
-
-// A product whose B is marked reusable (attention's K^T, V, V^T, K) packs B once while a
-// ReusedBScope is open, into one of the thread's copies, and later products with the same view of B
-// read that copy: the same bits as without a scope, on one thread and on two (which pack B
-// together). Another B of the same shape, or another view of the same memory, is another copy;
-// more operands than copies evict the oldest, which is then packed again; a product not marked,
-// or with no scope open, keeps nothing; a view with other strides only (B and B^T of a square B)
-// is another copy; a nested scope's end keeps the copies; and after the outermost scope, new
-// values at the same address are packed afresh. Two threads on 130 rows give each task its own
-// panels of B: nothing is kept.
-TYPED_TEST(OwnGemm, ReusableBIsPackedOncePerScopeWithTheSameBits) {
-  using kernels::detail::gemm_packed_order;
-  kernels::set_gemm_path(std::is_same_v<TypeParam, kernels::detail::Avx512Isa>
-                             ? kernels::GemmPath::avx512
-                             : kernels::GemmPath::avx2);
-  auto& cache = kernels::detail::reused_b_cache();
-  const Index K = 64, N = 300;  // B = K^T of 300 keys of a 64-dimensional head
-  for (const auto& [threads, M] : {std::pair{1, Index(130)}, {2, Index(600)}, {2, Index(130)}}) {
-    SCOPED_TRACE(::testing::Message() << threads << " threads, " << M << " rows");
-    set_num_threads(threads);
-    const bool kept = threads == 1 || M > 512;
-    RowMatrix<float> keys = random_matrix<float>(N, K, 31);
-    const auto other = random_matrix<float>(N, K, 32);
-    const auto a = random_matrix<float>(M, K, 33), a2 = random_matrix<float>(M, K, 34);
-    const auto product = [&](const auto& lhs, const auto& rhs, bool reuse) {
-      RowMatrix<float> c(lhs.rows(), rhs.cols());
-      gemm_packed_order(c, lhs, rhs, false, reuse);
-      return c;
-    };
-    const RowMatrix<float> want = product(a, keys.transpose(), false),
-                           want2 = product(a2, keys.transpose(), false),
-                           want_other = product(a, other.transpose(), false),
-                           want_left = product(a, keys.topRows(200).transpose(), false);
-    const auto same = [](const RowMatrix<float>& x, const RowMatrix<float>& y) {
-      return (x.array() == y.array()).all();
-    };
-    const std::uint64_t before = cache.reuses;
-    EXPECT_TRUE(same(product(a, keys.transpose(), true), want)) << "no scope: packed as always";
-    {
-      kernels::detail::ReusedBScope scope;
-      EXPECT_TRUE(same(product(a, keys.transpose(), true), want));
-      EXPECT_EQ(cache.reuses - before, 0u);
-      EXPECT_TRUE(same(product(a2, keys.transpose(), true), want2));
-      EXPECT_EQ(cache.reuses - before, kept ? 1u : 0u) << "the second product reads the copy";
-      EXPECT_TRUE(same(product(a, other.transpose(), true), want_other));
-      EXPECT_TRUE(same(product(a, keys.topRows(200).transpose(), true), want_left));
-      EXPECT_TRUE(same(product(a2, keys.transpose(), false), want2)) << "not marked";
-      EXPECT_EQ(cache.reuses - before, kept ? 1u : 0u) << "other operands are other copies";
-      EXPECT_TRUE(same(product(a, keys.transpose(), true), want));
-      EXPECT_EQ(cache.reuses - before, kept ? 2u : 0u);
-      // Two more operands evict the copy of keys^T, which the next product packs again.
-      EXPECT_TRUE(
-          same(product(a, keys.topRows(100).transpose(), true), want_left.leftCols(100).eval()));
-      EXPECT_TRUE(
-          same(product(a, other.topRows(100).transpose(), true), want_other.leftCols(100).eval()));
-      EXPECT_TRUE(same(product(a2, keys.transpose(), true), want2));
-      EXPECT_EQ(cache.reuses - before, kept ? 2u : 0u) << "evicted, packed again";
-    }
-    {
-      // A square B and its transpose: the same address, rows and columns, other strides (K and
-      // K^T of a head with as many keys as dimensions). And a nested scope's end keeps the copies.
-      const auto square = random_matrix<float>(K, K, 35);
-      const RowMatrix<float> want_b = product(a, square, false),
-                             want_bt = product(a, square.transpose(), false);
-      // 64 x 64 x 130 or 600 multiply-adds: one thread, or two sharing B; kept either way.
-      const std::uint64_t first = cache.reuses;
-      kernels::detail::ReusedBScope outer;
-      {
-        kernels::detail::ReusedBScope inner;
-        EXPECT_TRUE(same(product(a, square, true), want_b));
-      }
-      EXPECT_TRUE(same(product(a, square.transpose(), true), want_bt)) << "another copy";
-      EXPECT_EQ(cache.reuses - first, 0u);
-      EXPECT_TRUE(same(product(a, square, true), want_b)) << "kept past the inner scope";
-      EXPECT_EQ(cache.reuses - first, 1u);
-    }
-    const float* address = keys.data();
-    keys = other;  // the same address, other values
-    ASSERT_EQ(keys.data(), address);
-    const std::uint64_t last = cache.reuses;
-    kernels::detail::ReusedBScope scope;
-    EXPECT_TRUE(same(product(a, keys.transpose(), true), want_other)) << "not the old copy";
-    EXPECT_TRUE(same(product(a, keys.transpose(), true), want_other));
-    EXPECT_EQ(cache.reuses - last, kept ? 1u : 0u);
-  }
-  set_num_threads(1);
 }
 
 // C whose rows are a multiple of 4 KiB apart (FeedForward's hidden layer at d_ff 1024 or 2048) is

@@ -5,8 +5,9 @@
 //
 // Work is split over (batch row, head) pairs with OpenMP; each pair is computed by one thread with
 // serial GEMMs (kernels/gemm.hpp) on strided maps of the packed Q, K, V, so the result is bitwise
-// the same for any thread count; without a causal mask the GEMMs pack the head's K and V once for
-// all its query blocks (detail/gemm_pack_buffers.hpp). Blocks of at least 8 queries
+// the same for any thread count; the GEMMs pack the head's K and V once for all its query blocks
+// (all S keys, of which each block reads those it sees; detail/gemm_pack_buffers.hpp). Blocks of
+// at least 8 queries
 // (detail::kTileMinRows) of heads of 16-64 dimensions against at most 64 keys run in AVX-512
 // register tiles instead (detail/attention_tile_avx512.hpp), which give the same bits. Inside a
 // pair, queries go in blocks of kAttentionQueryBlock rows against the full key length: a thread
@@ -64,7 +65,7 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
                                      mask, after_softmax))
           return;
         auto pb = scratch.block(scratch.p, blk.nt, blk.ns);
-        detail::block_product(pb, blk.queries(q, ldq), blk.keys(k, ldk).transpose(), false,
+        detail::block_product(pb, blk.queries(q, ldq), blk.head.keys(k, ldk).transpose(), false,
                               /*head_operand=*/true);
         detail::for_each_query_row(blk, mask.causal, [&](const detail::QueryRow& r) {
           T* row = scratch.p.data() + r.i * S;
@@ -72,7 +73,7 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
           std::fill(row + r.n, row + blk.ns, T(0));
           after_softmax(r);
         });
-        detail::block_product(blk.queries(out, ldo), pb, blk.keys(v, ldv), false,
+        detail::block_product(blk.queries(out, ldo), pb, blk.head.keys(v, ldv), false,
                               /*head_operand=*/true);  // P V
       });
 }
@@ -142,7 +143,7 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
           for (Index j = 0; j < blk.ns; ++j) ds[j] = pr[j] * (ds[j] - d) * scale;
         }
         auto dsb = scratch.block(scratch.dp, blk.nt, blk.ns);  // scale dlogits
-        detail::gradient_product<T>(blk.queries(dq, lddq), dsb, blk.keys(k, ldk), false, tiles,
+        detail::gradient_product<T>(blk.queries(dq, lddq), dsb, blk.head.keys(k, ldk), false, tiles,
                                     /*head_operand=*/true);
         detail::gradient_product<T>(blk.keys(dk, lddk), dsb.transpose(), qb, !first, tiles);
       });

@@ -222,7 +222,8 @@ void add_row_sums_eigen(T* sums, const Lhs& a) {
 /// Runs the product on attn's own GEMM if it applies (float, operands in memory, c with
 /// contiguous rows, a CPU with one of its kernels); false when the caller must take the Eigen path.
 /// Products of fewer than kGemmPackedMinRows rows take the few-row kernels unless `few_row_kernels`
-/// is false. `b_lifetime`: whether b's packed form may be kept (detail::BLifetime).
+/// is false. `b_lifetime`: whether b's packed form may be kept (detail::BLifetime); with `scope`, b
+/// may be larger than the product, which takes its leading [a.cols(), c.cols()] block.
 template <class Dst, class Lhs, class Rhs, class T>
 bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T>& epi,
                   BLifetime b_lifetime, bool few_row_kernels = true) {
@@ -275,14 +276,17 @@ bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epi
 /// blocks, whose AVX-512 register tiles (attention_tiles.hpp) give the packed kernel's bits.
 /// `reuse_b`: b is unchanged while the calling thread's ReusedBScope is open
 /// (gemm_pack_buffers.hpp), so its packed form is kept for the next product with the same b (the
-/// same bits).
+/// same bits). b may then be larger than the product, which takes its leading [a.cols(), c.cols()]
+/// block: the copy kept is of all of b, so that products with other leading blocks of it reuse it
+/// (a causal head's query blocks, each of which sees more keys than the one before).
 template <class Dst, class Lhs, class Rhs>
 void gemm_packed_order(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, bool reuse_b = false) {
-  ATTN_ASSERT(a.rows() == c.rows() && b.cols() == c.cols() && a.cols() == b.rows());
+  ATTN_ASSERT(a.rows() == c.rows() && (reuse_b || (b.cols() == c.cols() && a.cols() == b.rows())));
+  ATTN_ASSERT(b.cols() >= c.cols() && b.rows() >= a.cols());
   using T = typename std::decay_t<Dst>::Scalar;
   const BLifetime lifetime = reuse_b ? BLifetime::scope : BLifetime::product;
   if (try_gemm_own(c, a, b, accumulate, Epilogue<T>{}, lifetime, false)) return;
-  gemm_eigen(c, a, b, accumulate);
+  gemm_eigen(c, a, b.topLeftCorner(a.cols(), c.cols()), accumulate);
 }
 
 }  // namespace detail

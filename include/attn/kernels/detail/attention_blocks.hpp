@@ -22,10 +22,10 @@
 namespace attn::kernels {
 
 /// Query rows per block. Blocks in register tiles transpose their K and V again (the GEMMs pack
-/// them once per head without a causal mask, gemm_pack_buffers.hpp), so taller blocks amortise
-/// that (128 rows measured ~8% faster than 64 at L = 512, 1024, when the products were Eigen's,
-/// which packed per block; 256 no better in backward), while backward's [128, S] float buffers
-/// (three with dropout) still fit in L2 up to S of about 1024.
+/// them once per head, gemm_pack_buffers.hpp), so taller blocks amortise that (128 rows measured
+/// ~8% faster than 64 at L = 512, 1024, when the products were Eigen's, which packed per block;
+/// 256 no better in backward), while backward's [128, S] float buffers (three with dropout) still
+/// fit in L2 up to S of about 1024.
 inline constexpr Index kAttentionQueryBlock = 128;
 
 /// Below this many multiply-adds of Q K^T (B*H*T*S*K) the kernels run on the calling thread:
@@ -213,9 +213,9 @@ void for_each_query_block(const AttentionShape& shape, const AttentionMask<T>& m
     errors.run([&] {
       const AttentionHead head{shape, bh / shape.heads, bh % shape.heads};
       const T* pad = key_padding_bias(scratch, mask.key_padding, head.b);
-      // The head's K^T, V, V^T and K packed once for all its blocks, unless a causal mask gives
-      // every block a different number of keys.
-      const ReusedBScope head_operands(!mask.causal);
+      // The head's K^T, V, V^T and K packed once for all its blocks, all S keys, of which each
+      // block reads those it sees (fewer in the earlier blocks under a causal mask).
+      const ReusedBScope head_operands;
       for (Index t0 = 0; t0 < shape.queries; t0 += rows) {
         const Index nt = std::min(rows, shape.queries - t0);
         const Index ns = visible_keys(mask.causal, t0 + nt - 1, shape.queries, shape.keys);

@@ -53,14 +53,15 @@ bool backward_tiles_apply(const AttentionShape& shape, Index nt, Index ns) {
 /// thus gets the tiles' bits; blocks no path tiles (more than 64 keys, heads the tiles do not
 /// take, a backward block of fewer than 8 keys) follow the same rule on both, so that the choice
 /// of kernel never depends on the instruction set.
-/// `head_operand`: b is one of the head's K^T, V, V^T or K, whose packed form the head's later
-/// blocks reuse (for_each_query_block's ReusedBScope).
+/// `head_operand`: b is one of the head's K^T, V, V^T or K with all its keys, whose packed form
+/// the head's later blocks reuse (for_each_query_block's ReusedBScope), and the product takes its
+/// leading [a.cols(), c.cols()] block: the keys the block sees, all of them unless causal.
 template <class C, class A, class B>
 void block_product(C&& c, const A& a, const B& b, bool accumulate, bool head_operand = false) {
   if (c.rows() >= kTileMinRows)
     gemm_packed_order(c, a, b, accumulate, head_operand);
   else
-    gemm(c, a, b, accumulate);
+    gemm(c, a, b.topLeftCorner(a.cols(), c.cols()), accumulate);
 }
 
 /// Runs one forward query block in register tiles if forward_tiles_apply, and says whether it
@@ -164,14 +165,14 @@ void backward_scores(AttentionScratch<T>& scratch, const QueryBlock<T>& blk,
 #endif
   (void)tiles;
   block_product(scratch.block(scratch.p, blk.nt, ns), blk.queries(x.q, x.ldq),
-                blk.keys(x.k, x.ldk).transpose(), false, /*head_operand=*/true);
+                blk.head.keys(x.k, x.ldk).transpose(), false, /*head_operand=*/true);
   block_product(scratch.block(scratch.dp, blk.nt, ns), blk.queries(x.dout, x.lddo),
-                blk.keys(x.v, x.ldv).transpose(), false, /*head_operand=*/true);
+                blk.head.keys(x.v, x.ldv).transpose(), false, /*head_operand=*/true);
 }
 
 /// C (=, or += when accumulating) A B for attention_backward's gradient products, A [M, K] a
 /// block of a scratch buffer: in register tiles (tiled_product, B read in place) or by a GEMM
-/// (`head_operand` as block_product's).
+/// (`head_operand` as block_product's: b may then have more rows than the product's depth).
 template <class T, class A, class B, class C>
 void gradient_product(C&& c, const A& a, const B& b, bool accumulate, bool tiles,
                       bool head_operand = false) {

@@ -48,7 +48,8 @@ inline constexpr Index kKC = 256;   // depth of a packed block (but see depth_bl
 inline constexpr bool kPackColumnsOfA = false;  // dy^T read in place (12 floats per step of k)
 
 /// c[MR, nc] (nc <= kNR, row stride ldc) = (from_zero ? 0 : c) + a_panel b_panel over kc steps,
-/// then the epilogue when `last`. a: MR rows as `L` says, b: kc x kNR (k-major, zero beyond nc).
+/// then the epilogue when `last`. a: MR rows as `L` says, b: kc x kNR (k-major; the lanes past nc,
+/// zeros or further columns of a larger kept B, are computed but never stored).
 template <int MR, ALayout L>
 ATTN_TARGET_AVX512 void micro_tile(Index kc, const APanel& a, const float* b, float* c, Index ldc,
                                    Index nc, bool from_zero, bool last, const GemmEpilogue& epi,

@@ -10,8 +10,10 @@
 // rest packs each block's Q and dO, which differ from block to block). Forward + backward, 2
 // threads, alternating rounds, the final code against the commit before: 1.09x faster at 4 x 512
 // and 1.07x at 1 x 1024 (6 rounds each, faster in all); earlier runs: 0.97x and 1.06x at 8 x 256
-// (6 and 10 rounds), level at 128 and 64 (one block per head: nothing is reused). Unlike
-// gemm_weight_cache.hpp's copies of a decoding call's weights, the copies outlive the scope
+// (6 and 10 rounds), level at 128 and 64 (one block per head: nothing is reused). Under a causal
+// mask each block sees more keys than the one before: the first packs all of the head's keys,
+// and each block reads the leading part it sees (gemm_packed_order's b larger than the product).
+// Unlike gemm_weight_cache.hpp's copies of a decoding call's weights, the copies outlive the scope
 // (marked empty at its end). B must not change while the scope is open.
 #pragma once
 
@@ -100,16 +102,11 @@ inline std::pair<float*, bool> reused_packing(const StridedMatrix<const float>& 
 
 /// While one lives on the calling thread, products there whose B is marked reusable
 /// (gemm_packed_order's `reuse_b`) pack it once. When the outermost scope ends, every copy is
-/// marked empty: the next scope may see other data at the same addresses. A scope constructed
-/// with `open` false does nothing (attention with a causal mask, whose blocks each see a different
-/// number of keys, so that no operand would ever be met twice).
+/// marked empty: the next scope may see other data at the same addresses.
 class ReusedBScope {
  public:
-  explicit ReusedBScope(bool open = true) : open_(open) {
-    if (open_) ++reused_b_cache().open_scopes;
-  }
+  ReusedBScope() { ++reused_b_cache().open_scopes; }
   ~ReusedBScope() {
-    if (!open_) return;
     ReusedBCache& cache = reused_b_cache();
     if (--cache.open_scopes > 0) return;
     for (ReusedB& copy : cache.copies) copy.valid = false;
@@ -117,9 +114,6 @@ class ReusedBScope {
   }
   ReusedBScope(const ReusedBScope&) = delete;
   ReusedBScope& operator=(const ReusedBScope&) = delete;
-
- private:
-  bool open_;
 };
 
 }  // namespace attn::kernels::detail

@@ -11,8 +11,9 @@
 
 #if defined(ATTN_HAVE_AVX512_GEMM)
 
-#include <tuple>
+#include <utility>
 
+#include "attn/kernels/detail/gemm_tasks.hpp"
 #include "attn/parallel.hpp"
 
 namespace attn::kernels::detail {
@@ -21,15 +22,16 @@ namespace attn::kernels::detail {
 /// row for the AVX2 kernel, 512 for the AVX-512 one.
 inline constexpr Index kPackPanels = 4;
 
-/// Packs the panels [q0, q1) of B's kc-deep block at row k0 into `packed` (whose panels they must
-/// be): B with contiguous rows kPackPanels panels at a time, row by row (pack_b_panels), other
-/// layouts a panel at a time.
+/// Packs the panels [q0, q1) of B's depth block at row k0 into `packed` (whose panels they must
+/// be, of B's first packed.rows rows): B with contiguous rows kPackPanels panels at a time, row by
+/// row (pack_b_panels), other layouts a panel at a time.
 template <class Isa>
-void pack_b_block(const StridedMatrix<const float>& b, Index k0, Index kc, Index q0, Index q1,
+void pack_b_block(const StridedMatrix<const float>& b, Index k0, Index q0, Index q1,
                   const PackedB<Isa::kNR>& packed) {
+  const Index kc = std::min(packed.depth, packed.rows - k0);
   const bool by_rows = b.col_stride == 1;
   for (Index q = q0; q < q1; q += by_rows ? kPackPanels : 1) {
-    float* first = const_cast<float*>(packed.panel(k0, kc, q));
+    float* first = const_cast<float*>(packed.panel(k0, q));
     if (by_rows)
       Isa::pack_b_panels(b, k0, kc, q, std::min(q + kPackPanels, q1), first);
     else
@@ -140,102 +142,6 @@ void gemm_block(const StridedMatrix<const float>& a, ALayout layout, const Packe
     dropout_block(&c(i0, j0), mc, cols, c.row_stride, i0, j0, N, epi.dropout, epi.dropout_key);
 }
 
-/// The tasks of one product, blocks of C handed out to the threads as they come free:
-///   - head: blocks of kMC rows by at most kNC columns, column blocks outermost, so that the
-///     threads sweep all rows against one block of B (which stays in cache) before the next;
-///   - tail (on several threads): the last rows, between 1 and 2 kMC blocks' worth per thread, in
-///     blocks of at most kMC rows by kTailPanels or fewer panels, so that the threads finish
-///     together. Narrow, not short: a block of 24 rows by 1024 columns (the tail before) passed
-///     each B panel to only two micro-tiles, and a weight gradient of 256 rows summed over 2048
-///     tokens was 9-11 such tasks of up to 50 M multiply-adds for two threads;
-///   - own panels, instead of both (on several threads, at most kOwnPanelsMaxRows rows, B not
-///     packed already): all rows by a few panels, about kTasksPerThread tasks per thread, each
-///     packing its own panels of B (at most kOwnPanelsBytes of them). B packed once by the threads
-///     together is read by both, and on this machine a line one core wrote costs the other a
-///     transfer: weight gradients summed over 2048 tokens, whose B (the layer's input) is as
-///     large as their A and read by few rows, ran at 316-322 GFLOP/s (256 x 256, A^T B, 2
-///     threads) and 360-366 (512 x 512) with B shared, 382-386 and 391-392 with own panels
-///     (1536 x 512: no difference, so the limit stays low).
-/// The cut never changes a result: each element of C is summed the same way in any block.
-template <class Isa>
-struct GemmTasks {
-  static constexpr Index kMR = Isa::kMR, kNR = Isa::kNR, kMC = Isa::kMC, kNC = Isa::kNC;
-  static constexpr Index kTasksPerThread = 4;
-  static constexpr Index kMinPanels = 2;   // a tail task's columns: at least 64, unless heavy
-  static constexpr Index kTailPanels = 4;  // and at most 128
-  static constexpr double kTailTaskWork = 1 << 23;  // multiply-adds: above, a tail task is heavy
-  static constexpr Index kOwnPanelsMaxRows = 512;
-  // A task's packed panels at most. Each task reads all of A (dy^T) once, so a cap that leaves
-  // one panel per task makes the threads stream A once per 32 columns. At 512 KiB (until
-  // session 34) that happened from 2049 tokens on; at 2 MiB (session 34, scratch timings, medians
-  // of 3 alternating runs, 2 threads, GFLOP/s) dW = dy^T x at 128 x 3072 x 512 went from 249 to
-  // 290, 128 x 4200 x 512 from 237 to 278, 512 x 8192 x 2048 from 220 to 294, 256 x 6000 x 1024
-  // from 279 to 327, and the 2048-token ones (512 x 2048 x 2048, 256 x 2048 x 1024) stayed level,
-  // although their panels then outgrow the 1 MiB L2. Products deeper than 3072 now run in
-  // slices (gemm_slices.hpp), so at least five panels fit.
-  static constexpr Index kOwnPanelsBytes = Index(2) << 20;
-  Index rows, panels;
-  // head: row blocks, panels per column block, column blocks
-  Index head_blocks = 0, nc_panels = 0, col_blocks = 0;
-  Index tail_blocks = 0, tail_rows = 0, tail_panels = 0, tail_col_blocks = 0;
-  // own panels: tasks of all rows by own_panels panels, each packing its own panels of B
-  Index own_panels = 0;
-
-  /// `shared_b`: B's packed copy is shared (a cached weight), so no task packs its own panels.
-  GemmTasks(Index M, Index N, Index K, int threads, bool shared_b = false)
-      : rows(M), panels(ceil_div(N, kNR)) {
-    // A task's block of packed B stays at kKC x kNC floats whatever the depth of its blocks.
-    nc_panels = std::min(panels, std::max<Index>(1, kNC * Isa::kKC / depth_block<Isa>(K, N) / kNR));
-    col_blocks = ceil_div(panels, nc_panels);
-    if (threads <= 1) {
-      head_blocks = ceil_div(M, kMC);
-      return;
-    }
-    if (!shared_b && M <= kOwnPanelsMaxRows) {
-      const Index fit = std::max<Index>(1, kOwnPanelsBytes / (K * kNR * Index(sizeof(float))));
-      own_panels = std::clamp<Index>(panels / (Index(threads) * kTasksPerThread), 1,
-                                     std::min(fit, kNC / kNR));
-      return;
-    }
-    const Index tail_min = Index(threads) * kMC;
-    head_blocks = M > tail_min ? (M - tail_min) / kMC : 0;
-    const Index tail = M - head_blocks * kMC;
-    tail_blocks = ceil_div(tail, kMC);
-    tail_rows = ceil_div(ceil_div(tail, tail_blocks), kMR) * kMR;
-    tail_blocks = ceil_div(tail, tail_rows);
-    const Index wanted = Index(threads) * kTasksPerThread;
-    // Narrower tail tasks until every thread has a few, and until none is heavy (a weight
-    // gradient summed over 2048 tokens: one 96 x 128 task is 25 M multiply-adds, and with 256 rows
-    // the threads got 5 and 4 of 9 such tasks).
-    const auto heavy = [&](Index p) {
-      return static_cast<double>(tail_rows * p * kNR) * static_cast<double>(K) > kTailTaskWork;
-    };
-    tail_panels = std::min(kTailPanels, panels);
-    while (tail_panels > 1 &&
-           (heavy(tail_panels) ||
-            (tail_panels > kMinPanels && tail_blocks * ceil_div(panels, tail_panels) < wanted)))
-      --tail_panels;
-    tail_col_blocks = ceil_div(panels, tail_panels);
-  }
-  static Index ceil_div(Index x, Index y) { return (x + y - 1) / y; }
-  Index head_tasks() const { return head_blocks * col_blocks; }
-  Index count() const {
-    return own_panels > 0 ? ceil_div(panels, own_panels)
-                          : head_tasks() + tail_blocks * tail_col_blocks;
-  }
-  CBlock block(Index t) const {
-    if (own_panels > 0) return {0, rows, t * own_panels, std::min((t + 1) * own_panels, panels)};
-    if (t < head_tasks()) {
-      const Index i0 = t % head_blocks * kMC, q0 = t / head_blocks * nc_panels;
-      return {i0, std::min(kMC, rows - i0), q0, std::min(q0 + nc_panels, panels)};
-    }
-    t -= head_tasks();
-    const Index i0 = head_blocks * kMC + t % tail_blocks * tail_rows;
-    const Index q0 = t / tail_blocks * tail_panels;
-    return {i0, std::min(tail_rows, rows - i0), q0, std::min(q0 + tail_panels, panels)};
-  }
-};
-
 /// Whether A is packed once for the whole product, by the threads together with B, and shared:
 /// when its columns are contiguous (A = dy^T) and each row block meets at least
 /// kShareAColumnBlocks blocks of B's columns. Read in place, A's rows (a step of k) are M floats
@@ -283,13 +189,59 @@ void gemm_own_panels(const StridedMatrix<const float>& a, ALayout layout,
                      Index depth, bool accumulate, const GemmEpilogue& epi, float* own_a) {
   constexpr int kNR = Isa::kNR;
   const Index K = a.cols, M = c.rows;
-  const PackedB<kNR> own{pack_buffer(PackSlot::b, K * (blk.q1 - blk.q0) * kNR), blk.q1 - blk.q0,
+  const PackedB<kNR> own{pack_buffer(PackSlot::b, K * (blk.q1 - blk.q0) * kNR), K, blk.q1 - blk.q0,
                          depth, blk.q0};
-  for (Index k0 = 0; k0 < K; k0 += depth)
-    pack_b_block<Isa>(b, k0, std::min<Index>(depth, K - k0), blk.q0, blk.q1, own);
+  for (Index k0 = 0; k0 < K; k0 += depth) pack_b_block<Isa>(b, k0, blk.q0, blk.q1, own);
   for (Index i0 = 0; i0 < M; i0 += Isa::kMC)
     gemm_block<Isa>(a, layout, own, c, {i0, std::min(Isa::kMC, M - i0), blk.q0, blk.q1}, accumulate,
                     epi, own_a);
+}
+
+/// How a product's B is packed when the threads share it: into `packed` (a kept copy, or the
+/// thread's buffer), by `tasks` packing tasks of `group` panels of one depth block each (none when
+/// the kept copy is packed already). `source` is what is packed: B, or all of the larger operand
+/// whose leading block B is when that operand's copy is kept (gemm_packed_slice).
+template <class Isa>
+struct SharedBPacking {
+  StridedMatrix<const float> source;
+  PackedB<Isa::kNR> packed;
+  Index group = 1, per_block = 0, tasks = 0;
+
+  void run(Index t) const {
+    const Index k0 = t / per_block * packed.depth, q0 = t % per_block * group;
+    pack_b_block<Isa>(source, k0, q0, std::min(q0 + group, packed.panels), packed);
+  }
+};
+
+/// The packing of B [K, N], the leading block of b, for a product whose tasks share it: in a kept
+/// copy, a weight's (`weight_copy`: cached_packing's answer, the copy and whether it is still to
+/// be written) or, for `scope`, one looked up here, else in the thread's buffer. A scope's copy is
+/// of all of b, so that products with other leading blocks of b read it too.
+template <class Isa>
+SharedBPacking<Isa> plan_shared_b(const StridedMatrix<const float>& b, Index K, Index N,
+                                  BLifetime b_lifetime, std::pair<float*, bool> weight_copy,
+                                  Index depth) {
+  constexpr int kNR = Isa::kNR;
+  const auto panels_of = [](const StridedMatrix<const float>& m) {
+    return GemmTasks<Isa>::ceil_div(m.cols, kNR);
+  };
+  SharedBPacking<Isa> plan;
+  plan.source = {b.data, K, N, b.row_stride, b.col_stride};
+  std::pair<float*, bool> kept = weight_copy;
+  if (b_lifetime == BLifetime::scope) {
+    kept = reused_packing(b, b.rows * panels_of(b) * kNR, kNR, depth);
+    if (kept.first != nullptr) plan.source = b;
+  }
+  const StridedMatrix<const float>& src = plan.source;
+  const Index panels = panels_of(src);
+  float* data =
+      kept.first != nullptr ? kept.first : pack_buffer(PackSlot::b, src.rows * panels * kNR);
+  plan.packed = {data, src.rows, panels, depth};
+  plan.group = src.col_stride == 1 ? kPackPanels : 1;
+  plan.per_block = (panels + plan.group - 1) / plan.group;
+  if (kept.first == nullptr || kept.second)
+    plan.tasks = (src.rows + depth - 1) / depth * plan.per_block;
+  return plan;
 }
 
 /// c (=, or += when accumulate) a b, then the epilogue, in one pass over all of K: a product not
@@ -298,7 +250,9 @@ void gemm_own_panels(const StridedMatrix<const float>& a, ALayout layout,
 /// region). `b_lifetime` says whether b's packed form is kept: a weight's while a
 /// ConstantWeightsScope is open (gemm_weight_cache.hpp), an operand marked `scope` while a
 /// ReusedBScope is (gemm_pack_buffers.hpp). The latter's copy is looked up after every allocation
-/// before B is packed, so that a copy marked as packed is always packed.
+/// before B is packed, so that a copy marked as packed is always packed. B is b's leading
+/// [K, N] block (K = a.cols): all of b, but for `scope`, where b may be larger and its copy holds
+/// all of it (attention's causal query blocks each see more of a head's keys).
 ///
 /// Two phases: the threads pack B together (unless it is cached), meet at one barrier, then take
 /// tasks (blocks of C); or, for few rows, one phase of tasks that each pack their own panels of B
@@ -317,44 +271,37 @@ void gemm_packed_slice(const StridedMatrix<const float>& a, const StridedMatrix<
 #if defined(_OPENMP)
   if (omp_in_parallel()) threads = 1;
 #endif
-  const Index panels = Tasks::ceil_div(N, kNR);
-  // B's kept packed form, if it has one, and whether that is still to be written.
-  auto [cached, first_use] = b_lifetime == BLifetime::weight
-                                 ? cached_packing(b, K * panels * kNR, kNR)
-                                 : std::pair<float*, bool>{nullptr, false};
-  const Tasks tasks(M, N, K, threads, cached != nullptr);
+  const StridedMatrix<const float> b_used{b.data, K, N, b.row_stride, b.col_stride};  // B
+  // A weight's kept packed form, if it has one, and whether that is still to be written.
+  const auto weight = b_lifetime == BLifetime::weight
+                          ? cached_packing(b_used, K * Tasks::ceil_div(N, kNR) * kNR, kNR)
+                          : std::pair<float*, bool>{nullptr, false};
+  const Tasks tasks(M, N, K, threads, weight.first != nullptr);
   threads = static_cast<int>(std::min<Index>(threads, tasks.count()));
   const ALayout in_place = a_layout<Isa>(a, tasks.own_panels > 0);
   const SharedA shared_a = packs_a_once(a, tasks) ? shared_a_buffer<Isa>(M, K) : SharedA{};
   const ALayout layout = shared_a.data != nullptr ? ALayout::packed : in_place;
   const bool packs_a = layout == ALayout::packed && shared_a.data == nullptr;
   // A cached weight keeps its packing depth whatever the later A (scope copies are keyed on it).
-  const Index depth = depth_block<Isa>(K, N, in_place == ALayout::columns && cached == nullptr);
+  const Index depth =
+      depth_block<Isa>(K, N, in_place == ALayout::columns && weight.first == nullptr);
   const Index kblocks = (K + depth - 1) / depth;
-  if (b_lifetime == BLifetime::scope && tasks.own_panels == 0)
-    std::tie(cached, first_use) = reused_packing(b, K * panels * kNR, kNR, depth);
-  const PackedB<kNR> packed_b{cached != nullptr      ? cached
-                              : tasks.own_panels > 0 ? nullptr
-                                                     : pack_buffer(PackSlot::b, K * panels * kNR),
-                              panels, depth};
-  // Shared B: packed by the threads together, kPackPanels (or one) panels of a depth block per
-  // task, then one barrier.
-  const Index group = b.col_stride == 1 ? kPackPanels : 1, per_block = (panels + group - 1) / group;
-  const Index b_pack_tasks =
-      tasks.own_panels == 0 && (cached == nullptr || first_use) ? kblocks * per_block : 0;
-  const Index pack_tasks = b_pack_tasks + shared_a.pack_tasks(kblocks);  // B's, then A's
+  // Shared B: packed by the threads together, then one barrier (tasks with their own panels of
+  // B pack those instead).
+  const SharedBPacking<Isa> b_plan = tasks.own_panels == 0
+                                         ? plan_shared_b<Isa>(b, K, N, b_lifetime, weight, depth)
+                                         : SharedBPacking<Isa>{b_used, {nullptr, K, 0, depth}};
+  const Index pack_tasks = b_plan.tasks + shared_a.pack_tasks(kblocks);  // B's, then A's
   const auto pack_task = [&](Index t) {
-    if (t >= b_pack_tasks) return pack_shared_a<Isa>(a, shared_a, t - b_pack_tasks, depth);
-    const Index k0 = (t / per_block) * depth, q0 = t % per_block * group;
-    pack_b_block<Isa>(b, k0, std::min<Index>(depth, K - k0), q0, std::min(q0 + group, panels),
-                      packed_b);
+    if (t >= b_plan.tasks) return pack_shared_a<Isa>(a, shared_a, t - b_plan.tasks, depth);
+    b_plan.run(t);
   };
   const Index work_tasks = tasks.count();
   const auto work_task = [&](Index t, float* own_a) {
     const CBlock blk = tasks.block(t);
     if (tasks.own_panels == 0)
-      return gemm_block<Isa>(a, layout, packed_b, c, blk, accumulate, epi, own_a, shared_a);
-    gemm_own_panels<Isa>(a, layout, b, c, blk, depth, accumulate, epi, own_a);
+      return gemm_block<Isa>(a, layout, b_plan.packed, c, blk, accumulate, epi, own_a, shared_a);
+    gemm_own_panels<Isa>(a, layout, b_used, c, blk, depth, accumulate, epi, own_a);
   };
 #if defined(_OPENMP)
   if (threads > 1) {

@@ -32,7 +32,8 @@ inline Index depth_slice(Index rest) {
   return rest <= kDepthSlice + kDepthSlice / 2 ? rest : kDepthSlice;
 }
 
-/// c (=, or += when accumulate) a b, then the epilogue; c [M, N] must have unit column stride.
+/// c (=, or += when accumulate) a b, then the epilogue; c [M, N] must have unit column stride, and
+/// b is B [K, N], or for `scope` an operand whose leading [K, N] block B is (gemm_packed_slice).
 /// Runs on up to `threads` threads (1 inside a parallel region). `b_lifetime`: whether b's packed
 /// form is kept (gemm_packed_slice); a weight's product, while a ConstantWeightsScope is open, is
 /// not sliced (its packed copy is of all of b), and a sliced product keeps nothing. Else a deep
@@ -57,7 +58,7 @@ void gemm_packed(const StridedMatrix<const float>& a, const StridedMatrix<const 
   for (Index k0 = 0, kc = 0; k0 < K; k0 += kc) {
     kc = depth_slice(K - k0);
     const StridedMatrix<const float> a_slice{&a(0, k0), a.rows, kc, a.row_stride, a.col_stride};
-    const StridedMatrix<const float> b_slice{&b(k0, 0), kc, b.cols, b.row_stride, b.col_stride};
+    const StridedMatrix<const float> b_slice{&b(k0, 0), kc, c.cols, b.row_stride, b.col_stride};
     gemm_packed_slice<Isa>(a_slice, b_slice, c, accumulate || k0 > 0,
                            k0 + kc == K ? epi : sums_only, threads, BLifetime::product);
   }

@@ -63,16 +63,20 @@ struct APanel {
   Index row_step, k_step;
 };
 
-/// The packed form of panels [q_base, q_base + panels) of B, NR columns each: `depth`-deep blocks
-/// (depth_block), each `panels` panels of kc x NR.
+/// The packed form of panels [q_base, q_base + panels) of B's `rows` rows, NR columns each:
+/// `depth`-deep blocks (depth_block), each `panels` panels of kc x NR (kc = depth, or what is left
+/// of `rows` in the last block). A product may read fewer rows and panels than were packed (a
+/// leading block of B, gemm_packed_slice): row k of a panel is at the same place either way.
 template <int NR>
 struct PackedB {
   const float* data;
+  Index rows;
   Index panels;
   Index depth;
   Index q_base = 0;
-  const float* panel(Index k0, Index kc, Index q) const {
-    return data + k0 * panels * NR + (q - q_base) * kc * NR;
+  /// Panel q of the block that starts at row k0.
+  const float* panel(Index k0, Index q) const {
+    return data + k0 * panels * NR + (q - q_base) * std::min(depth, rows - k0) * NR;
   }
 };
 
@@ -122,7 +126,7 @@ __attribute__((always_inline)) inline void tiles_of_depth_block(
   constexpr int MR = Isa::kMR, NR = Isa::kNR;
   for (Index q = blk.q0; q < blk.q1; ++q) {
     const Index j0 = q * NR, nc = std::min<Index>(NR, N - j0);
-    const float* bq = b.panel(k0, kc, q);
+    const float* bq = b.panel(k0, q);
     for (Index p = 0; p < blk.mc; p += MR) {
       // C is read back (a later depth block, or accumulating): fetch the next tile's rows while
       // this one computes, so that its first FMAs need not wait for them.
