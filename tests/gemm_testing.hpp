@@ -70,12 +70,20 @@ class Gemm : public ::testing::Test {
 };
 
 #if defined(ATTN_HAVE_AVX512_GEMM)
-// The typed tests of attn's own GEMM (test_gemm_packed.cpp, test_gemm_depth.cpp) run once per
-// kernel (OwnGemm/avx512, OwnGemm/avx2), each skipped where the CPU cannot run it.
+// The typed tests of attn's own GEMM (test_gemm_packed.cpp, test_gemm_depth.cpp,
+// test_gemm_kept_b.cpp) run once per kernel (OwnGemm/avx512, OwnGemm/avx2), each skipped where the
+// CPU cannot run it.
 template <class Isa>
 bool cpu_runs() {
   return std::is_same_v<Isa, kernels::detail::Avx512Isa> ? kernels::detail::cpu_has_avx512()
                                                          : kernels::detail::cpu_has_avx2_fma();
+}
+// The path whose products run kernel Isa (for kernels::set_gemm_path; the Gemm fixture restores
+// the automatic path after the test).
+template <class Isa>
+kernels::GemmPath path_of() {
+  return std::is_same_v<Isa, kernels::detail::Avx512Isa> ? kernels::GemmPath::avx512
+                                                         : kernels::GemmPath::avx2;
 }
 template <class Isa>
 class OwnGemm : public Gemm {

@@ -27,9 +27,7 @@ TYPED_TEST_SUITE(OwnGemm, OwnKernels, KernelName);
 // panels of B: nothing is kept.
 TYPED_TEST(OwnGemm, ReusableBIsPackedOncePerScopeWithTheSameBits) {
   using kernels::detail::gemm_packed_order;
-  kernels::set_gemm_path(std::is_same_v<TypeParam, kernels::detail::Avx512Isa>
-                             ? kernels::GemmPath::avx512
-                             : kernels::GemmPath::avx2);
+  kernels::set_gemm_path(testing::path_of<TypeParam>());
   auto& cache = kernels::detail::reused_b_cache();
   const Index K = 64, N = 300;  // B = K^T of 300 keys of a 64-dimensional head
   for (const auto& [threads, M] : {std::pair{1, Index(130)}, {2, Index(600)}, {2, Index(130)}}) {
@@ -112,9 +110,7 @@ TYPED_TEST(OwnGemm, ReusableBIsPackedOncePerScopeWithTheSameBits) {
 // 130 rows give each task its own panels of B, packed from the leading block: nothing is kept.
 TYPED_TEST(OwnGemm, LeadingBlocksOfAKeptBReadOneCopyWithTheBitsOfEachBlockAlone) {
   using kernels::detail::gemm_packed_order;
-  kernels::set_gemm_path(std::is_same_v<TypeParam, kernels::detail::Avx512Isa>
-                             ? kernels::GemmPath::avx512
-                             : kernels::GemmPath::avx2);
+  kernels::set_gemm_path(testing::path_of<TypeParam>());
   auto& cache = kernels::detail::reused_b_cache();
   const Index S = 700, K = 64;  // a head of 700 keys, 64 dimensions
   const RowMatrix<float> keys = random_matrix<float>(S, K, 61);

@@ -176,9 +176,7 @@ TYPED_TEST(OwnGemm, FewRowProductsWithOwnPanelsHaveTheBitsOfOneThread) {
 // none for a weight met once, all freed at the end of the outermost scope; products not marked
 // constant are never cached.
 TYPED_TEST(OwnGemm, ConstantWeightsArePackedOncePerScopeWithTheSameResults) {
-  kernels::set_gemm_path(std::is_same_v<TypeParam, kernels::detail::Avx512Isa>
-                             ? kernels::GemmPath::avx512
-                             : kernels::GemmPath::avx2);
+  kernels::set_gemm_path(testing::path_of<TypeParam>());
   set_num_threads(2);
   const Index M = 40, K = 300, N = 257;
   const auto x = random_matrix<float>(M, K, 21), w = random_matrix<float>(N, K, 22);
