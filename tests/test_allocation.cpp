@@ -4,15 +4,21 @@
 // shape (fewer rows, longer targets) once the shapes have been seen: buffers only grow. Nor does
 // a step of incremental decoding after the first.
 //
+// And a product that an allocation failure interrupts leaves the GEMM's caches of packed operands
+// sound.
+//
 // This test binary counts every call of the C allocator (malloc, calloc, realloc, aligned_alloc,
-// posix_memalign, memalign): operator new, std::vector and attn's aligned Tensor storage all end
-// there. The counting replaces the C library's functions for this executable only.
+// posix_memalign, memalign), and can make calls fail: operator new, std::vector and attn's
+// aligned Tensor storage all end there. The counting replaces the C library's functions for this
+// executable only.
 #include <malloc.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <new>
 
+#include "gemm_testing.hpp"
 #include "pch.hpp"
 
 // Under ASan or TSan the sanitizer owns the allocator (replacing it here would hand it blocks it
@@ -35,8 +41,14 @@
 namespace {
 std::atomic<bool> counting{false};
 std::atomic<long> allocations{0};
-[[maybe_unused]] inline void count() {
+// While failing, the allocator grants `grants_left` more calls and then fails every call.
+std::atomic<bool> failing{false};
+std::atomic<long> grants_left{0};
+/// Counts the call; false when it is to fail.
+[[maybe_unused]] inline bool count() {
   if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  return !failing.load(std::memory_order_relaxed) ||
+         grants_left.fetch_sub(1, std::memory_order_relaxed) > 0;
 }
 }  // namespace
 
@@ -47,29 +59,17 @@ void* __libc_calloc(size_t, size_t);
 void* __libc_realloc(void*, size_t);
 void* __libc_memalign(size_t, size_t);
 
-void* malloc(size_t n) {
-  count();
-  return __libc_malloc(n);
-}
-void* calloc(size_t n, size_t size) {
-  count();
-  return __libc_calloc(n, size);
-}
-void* realloc(void* p, size_t n) {
-  count();
-  return __libc_realloc(p, n);
-}
+void* malloc(size_t n) { return count() ? __libc_malloc(n) : nullptr; }
+void* calloc(size_t n, size_t size) { return count() ? __libc_calloc(n, size) : nullptr; }
+void* realloc(void* p, size_t n) { return count() ? __libc_realloc(p, n) : nullptr; }
 void* memalign(size_t alignment, size_t n) {
-  count();
-  return __libc_memalign(alignment, n);
+  return count() ? __libc_memalign(alignment, n) : nullptr;
 }
 void* aligned_alloc(size_t alignment, size_t n) {
-  count();
-  return __libc_memalign(alignment, n);
+  return count() ? __libc_memalign(alignment, n) : nullptr;
 }
 int posix_memalign(void** out, size_t alignment, size_t n) {
-  count();
-  void* p = __libc_memalign(alignment, n);
+  void* p = count() ? __libc_memalign(alignment, n) : nullptr;
   if (p == nullptr && n != 0) return ENOMEM;
   *out = p;
   return 0;
@@ -216,6 +216,79 @@ TEST(Allocation, DecodeStepsAfterTheFirstAllocateNothing) {
     tokens(t % 8, 0) = static_cast<TokenId>(4 + t);
     EXPECT_EQ(allocations_in([&] { s.model.decode_step(tokens, t, memory, cache); }), 0)
         << "step " << t;
+  }
+}
+
+/// Runs `fn` with `grants` allocator calls granted and every later one failing; whether it threw
+/// std::bad_alloc.
+template <class Fn>
+bool fails_after(long grants, Fn&& fn) {
+  struct Failing {  // until the end of this call, whatever fn throws
+    explicit Failing(long grants) {
+      grants_left = grants;
+      failing = true;
+    }
+    ~Failing() { failing = false; }
+  } scope(grants);
+  try {
+    fn();
+  } catch (const std::bad_alloc&) {
+    return true;
+  }
+  return false;
+}
+
+// A product that fails between finding its kept copy of B and the end of its packing leaves the
+// copy to be packed again, never an unwritten copy marked as packed: after an allocation failure
+// at each point of a product that writes the copy (a weight's second use in a ConstantWeightsScope,
+// its A packed once into a buffer that must grow; or an operand new to a ReusedBScope), the next
+// products give the bits of the product without a cache. A [M, 512] with contiguous columns
+// (dy^T) against B [512, 3200] is packed once with B (packs_a_once: four column blocks); the
+// scope's copies hold narrower operands first, so that the new one's copy has to grow.
+TEST(Allocation, AProductThatFailsLeavesNoKeptCopyMarkedPacked) {
+  SKIP_UNLESS_COUNTING();
+  SKIP_ON_THE_EIGEN_GEMM();
+  set_num_threads(1);
+  const Index K = 512, N = 3200;
+  const auto xt = testing::random_matrix<float>(K, 1000, 31);  // A = xt^T: columns contiguous
+  const auto w = testing::random_matrix<float>(N, K, 32);
+  const auto a = [&](Index rows) { return xt.leftCols(rows).transpose(); };
+  RowMatrix<float> plain(32, N);
+  kernels::gemm(plain, a(32), w.transpose(), false);
+  auto& weights = kernels::detail::weight_cache();
+  int failures_with_a_copy = 0;
+  for (long grants = 0; grants < 10; ++grants) {
+    const Index rows = 64 + 96 * (grants + 1);  // larger each time: A's buffer grows
+    RowMatrix<float> c(rows, N), after(32, N);
+    kernels::ConstantWeightsScope scope;
+    kernels::gemm(after, a(32), w.transpose(), false, {}, /*constant_b=*/true);  // first use
+    const bool threw = fails_after(grants, [&] {
+      kernels::gemm(c, a(rows), w.transpose(), false, {}, true);  // packs the copy
+    });
+    failures_with_a_copy += threw && weights.entries.at(0).packed != nullptr;
+    for (int use = 0; use < 2; ++use) {
+      kernels::gemm(after, a(32), w.transpose(), false, {}, true);
+      EXPECT_TRUE((after.array() == plain.array()).all()) << grants << " grants, use " << use;
+    }
+    if (!threw) break;
+  }
+  EXPECT_GE(failures_with_a_copy, 1) << "no failure came after the copy's allocation";
+  kernels::detail::ReusedBScope scope;
+  const auto v = testing::random_matrix<float>(K, 200, 33);
+  RowMatrix<float> alone(32, 200), kept(32, 200);
+  kernels::detail::gemm_packed_order(alone, a(32), v, false);
+  for (Index cols : {16, 32, 48}) {  // every copy holds a narrower operand: v's must grow one
+    RowMatrix<float> narrow(32, cols);
+    kernels::detail::gemm_packed_order(narrow, a(32), v.leftCols(cols), false, true);
+  }
+  for (long grants = 0; grants < 10; ++grants) {
+    RowMatrix<float> c(64 + 96 * (grants + 1), 200);
+    const bool threw = fails_after(grants, [&] {
+      kernels::detail::gemm_packed_order(c, a(c.rows()), v, false, /*reuse_b=*/true);
+    });
+    kernels::detail::gemm_packed_order(kept, a(32), v, false, true);
+    EXPECT_TRUE((kept.array() == alone.array()).all()) << grants << " grants";
+    if (!threw) break;
   }
 }
 

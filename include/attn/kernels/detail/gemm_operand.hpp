@@ -43,6 +43,21 @@ bool same_view(const StridedMatrix<T>& x, const StridedMatrix<T>& y) {
          x.col_stride == y.col_stride;
 }
 
+/// A kept packed copy of B as a product finds it in one of those caches: where it lives and, when
+/// the product must write it, the copy's flag that says it is written. The product sets the flag
+/// (mark_written) only once it has returned, so that a product left by an exception between the
+/// lookup and the end of its packing (a later allocation failing) leaves the copy to be written
+/// again by the next product, never an unwritten copy marked as packed.
+struct KeptCopy {
+  float* data = nullptr;    // null: no copy is kept (the product packs into its own buffer)
+  bool* written = nullptr;  // null when the copy is written already
+
+  bool to_write() const { return written != nullptr; }
+  void mark_written() const {
+    if (written != nullptr) *written = true;
+  }
+};
+
 /// The strided form of an Eigen expression with direct access to its coefficients, or nothing for
 /// an expression that must be evaluated first (a scaled product, a sum, ...).
 template <class Xpr>

@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <new>
-#include <utility>
 
 #include "attn/kernels/detail/gemm_operand.hpp"
 #include "attn/kernels/detail/growing_buffer.hpp"
@@ -53,7 +52,7 @@ inline float* pack_buffer(PackSlot slot, Index floats) {
 struct ReusedB {
   StridedMatrix<const float> source;
   Index panel_width = 0, depth = 0;
-  bool valid = false;
+  bool valid = false;  // written (KeptCopy::mark_written) and not yet past its scope
   GrowingBuffer<float> packed;
 
   bool holds(const StridedMatrix<const float>& b, Index width, Index block_depth) const {
@@ -77,27 +76,27 @@ inline ReusedBCache& reused_b_cache() {
 }
 
 /// Where the packed form (`floats` numbers, in panels `panel_width` wide, blocks `depth` deep) of
-/// b lives while a scope is open, and whether it still has to be written: {copy, false} when b was
-/// packed so before in this scope, {copy, true} for a new operand, {nullptr, false} when no scope
-/// is open (the caller packs into its own buffer).
-inline std::pair<float*, bool> reused_packing(const StridedMatrix<const float>& b, Index floats,
-                                              Index panel_width, Index depth) {
+/// b lives while a scope is open, and whether it still has to be written: written already when b
+/// was packed so before in this scope, to be written for a new operand (the copy packed longest
+/// ago is taken, and holds nothing until the product marks it written); no copy when no scope is
+/// open (the caller packs into its own buffer).
+inline KeptCopy reused_packing(const StridedMatrix<const float>& b, Index floats, Index panel_width,
+                               Index depth) {
   ReusedBCache& cache = reused_b_cache();
-  if (cache.open_scopes == 0) return {nullptr, false};
+  if (cache.open_scopes == 0) return {};
   for (ReusedB& copy : cache.copies)
     if (copy.holds(b, panel_width, depth)) {
       ++cache.reuses;
-      return {copy.packed.data(), false};
+      return {copy.packed.data(), nullptr};
     }
   ReusedB& copy = cache.copies[cache.next];
   cache.next = (cache.next + 1) % ReusedBCache::kCopies;
-  copy.valid = false;  // until grow has succeeded
+  copy.valid = false;
   copy.packed.grow(floats);
   copy.source = b;
   copy.panel_width = panel_width;
   copy.depth = depth;
-  copy.valid = true;
-  return {copy.packed.data(), true};
+  return {copy.packed.data(), &copy.valid};
 }
 
 /// While one lives on the calling thread, products there whose B is marked reusable

@@ -200,12 +200,14 @@ void gemm_own_panels(const StridedMatrix<const float>& a, ALayout layout,
 /// How a product's B is packed when the threads share it: into `packed` (a kept copy, or the
 /// thread's buffer), by `tasks` packing tasks of `group` panels of one depth block each (none when
 /// the kept copy is packed already). `source` is what is packed: B, or all of the larger operand
-/// whose leading block B is when that operand's copy is kept (gemm_packed_slice).
+/// whose leading block B is when that operand's copy is kept (gemm_packed_slice). `kept` is the
+/// kept copy, which the product marks written once it has returned.
 template <class Isa>
 struct SharedBPacking {
   StridedMatrix<const float> source;
   PackedB<Isa::kNR> packed;
   Index group = 1, per_block = 0, tasks = 0;
+  KeptCopy kept = {};
 
   void run(Index t) const {
     const Index k0 = t / per_block * packed.depth, q0 = t % per_block * group;
@@ -214,32 +216,31 @@ struct SharedBPacking {
 };
 
 /// The packing of B [K, N], the leading block of b, for a product whose tasks share it: in a kept
-/// copy, a weight's (`weight_copy`: cached_packing's answer, the copy and whether it is still to
-/// be written) or, for `scope`, one looked up here, else in the thread's buffer. A scope's copy is
-/// of all of b, so that products with other leading blocks of b read it too.
+/// copy, a weight's (`weight_copy`: cached_packing's answer) or, for `scope`, one looked up here,
+/// else in the thread's buffer. A scope's copy is of all of b, so that products with other leading
+/// blocks of b read it too.
 template <class Isa>
 SharedBPacking<Isa> plan_shared_b(const StridedMatrix<const float>& b, Index K, Index N,
-                                  BLifetime b_lifetime, std::pair<float*, bool> weight_copy,
-                                  Index depth) {
+                                  BLifetime b_lifetime, KeptCopy weight_copy, Index depth) {
   constexpr int kNR = Isa::kNR;
   const auto panels_of = [](const StridedMatrix<const float>& m) {
     return GemmTasks<Isa>::ceil_div(m.cols, kNR);
   };
   SharedBPacking<Isa> plan;
   plan.source = {b.data, K, N, b.row_stride, b.col_stride};
-  std::pair<float*, bool> kept = weight_copy;
+  plan.kept = weight_copy;
   if (b_lifetime == BLifetime::scope) {
-    kept = reused_packing(b, b.rows * panels_of(b) * kNR, kNR, depth);
-    if (kept.first != nullptr) plan.source = b;
+    plan.kept = reused_packing(b, b.rows * panels_of(b) * kNR, kNR, depth);
+    if (plan.kept.data != nullptr) plan.source = b;
   }
   const StridedMatrix<const float>& src = plan.source;
   const Index panels = panels_of(src);
-  float* data =
-      kept.first != nullptr ? kept.first : pack_buffer(PackSlot::b, src.rows * panels * kNR);
+  float* data = plan.kept.data != nullptr ? plan.kept.data
+                                          : pack_buffer(PackSlot::b, src.rows * panels * kNR);
   plan.packed = {data, src.rows, panels, depth};
   plan.group = src.col_stride == 1 ? kPackPanels : 1;
   plan.per_block = (panels + plan.group - 1) / plan.group;
-  if (kept.first == nullptr || kept.second)
+  if (plan.kept.data == nullptr || plan.kept.to_write())
     plan.tasks = (src.rows + depth - 1) / depth * plan.per_block;
   return plan;
 }
@@ -249,8 +250,8 @@ SharedBPacking<Isa> plan_shared_b(const StridedMatrix<const float>& b, Index K, 
 /// c [M, N] must have unit column stride. Runs on up to `threads` threads (1 inside a parallel
 /// region). `b_lifetime` says whether b's packed form is kept: a weight's while a
 /// ConstantWeightsScope is open (gemm_weight_cache.hpp), an operand marked `scope` while a
-/// ReusedBScope is (gemm_pack_buffers.hpp). The latter's copy is looked up after every allocation
-/// before B is packed, so that a copy marked as packed is always packed. B is b's leading
+/// ReusedBScope is (gemm_pack_buffers.hpp). A kept copy this product writes is marked written when
+/// it returns, so that one it did not finish is written again by the next. B is b's leading
 /// [K, N] block (K = a.cols): all of b, but for `scope`, where b may be larger and its copy holds
 /// all of it (attention's causal query blocks each see more of a head's keys).
 ///
@@ -275,8 +276,8 @@ void gemm_packed_slice(const StridedMatrix<const float>& a, const StridedMatrix<
   // A weight's kept packed form, if it has one, and whether that is still to be written.
   const auto weight = b_lifetime == BLifetime::weight
                           ? cached_packing(b_used, K * Tasks::ceil_div(N, kNR) * kNR, kNR)
-                          : std::pair<float*, bool>{nullptr, false};
-  const Tasks tasks(M, N, K, threads, weight.first != nullptr);
+                          : KeptCopy{};
+  const Tasks tasks(M, N, K, threads, weight.data != nullptr);
   threads = static_cast<int>(std::min<Index>(threads, tasks.count()));
   const ALayout in_place = a_layout<Isa>(a, tasks.own_panels > 0);
   const SharedA shared_a = packs_a_once(a, tasks) ? shared_a_buffer<Isa>(M, K) : SharedA{};
@@ -284,7 +285,7 @@ void gemm_packed_slice(const StridedMatrix<const float>& a, const StridedMatrix<
   const bool packs_a = layout == ALayout::packed && shared_a.data == nullptr;
   // A cached weight keeps its packing depth whatever the later A (scope copies are keyed on it).
   const Index depth =
-      depth_block<Isa>(K, N, in_place == ALayout::columns && weight.first == nullptr);
+      depth_block<Isa>(K, N, in_place == ALayout::columns && weight.data == nullptr);
   const Index kblocks = (K + depth - 1) / depth;
   // Shared B: packed by the threads together, then one barrier (tasks with their own panels of
   // B pack those instead).
@@ -321,12 +322,14 @@ void gemm_packed_slice(const StridedMatrix<const float>& a, const StridedMatrix<
       for (Index t = 0; t < work_tasks; ++t) errors.run([&] { work_task(t, own_a); });
     }
     errors.rethrow();
+    b_plan.kept.mark_written();
     return;
   }
 #endif
   for (Index t = 0; t < pack_tasks; ++t) pack_task(t);
   float* own_a = packs_a ? pack_buffer(PackSlot::a, kMC * depth) : nullptr;
   for (Index t = 0; t < work_tasks; ++t) work_task(t, own_a);
+  b_plan.kept.mark_written();
 }
 
 }  // namespace attn::kernels::detail

@@ -10,7 +10,6 @@
 
 #include <cstdlib>
 #include <new>
-#include <utility>
 #include <vector>
 
 #include "attn/kernels/detail/gemm_operand.hpp"
@@ -22,6 +21,7 @@ struct PackedWeight {
   StridedMatrix<const float> source;
   Index panel_width;        // the kernel's: a weight packed for another kernel is another entry
   float* packed = nullptr;  // 64-byte aligned, owned by the cache; null while seen only once
+  bool written = false;     // set by the product that packed it, once it has returned (KeptCopy)
 };
 
 /// The calling thread's open scopes and packed copies.
@@ -44,23 +44,24 @@ inline WeightCache& weight_cache() {
 }
 
 /// Where the packed form (`floats` numbers, in panels `panel_width` wide) of weight operand b lives
-/// while a scope is open, and whether it still has to be written (its second use); {nullptr,
-/// false} when no scope is open or on the weight's first use (the caller packs into its own
-/// buffer).
-inline std::pair<float*, bool> cached_packing(const StridedMatrix<const float>& b, Index floats,
-                                              Index panel_width) {
+/// while a scope is open, and whether it still has to be written (its second use, or a use after
+/// one that did not finish); no copy when no scope is open or on the weight's first use (the
+/// caller packs into its own buffer).
+inline KeptCopy cached_packing(const StridedMatrix<const float>& b, Index floats,
+                               Index panel_width) {
   WeightCache& cache = weight_cache();
-  if (cache.depth == 0) return {nullptr, false};
+  if (cache.depth == 0) return {};
   for (PackedWeight& e : cache.entries) {
     if (!same_view(e.source, b) || e.panel_width != panel_width) continue;
-    if (e.packed != nullptr) return {e.packed, false};
-    const std::size_t bytes = (static_cast<std::size_t>(floats) * sizeof(float) + 63) / 64 * 64;
-    e.packed = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (e.packed == nullptr) throw std::bad_alloc();
-    return {e.packed, true};
+    if (e.packed == nullptr) {
+      const std::size_t bytes = (static_cast<std::size_t>(floats) * sizeof(float) + 63) / 64 * 64;
+      e.packed = static_cast<float*>(std::aligned_alloc(64, bytes));
+      if (e.packed == nullptr) throw std::bad_alloc();
+    }
+    return {e.packed, e.written ? nullptr : &e.written};
   }
   cache.entries.push_back({b, panel_width, nullptr});
-  return {nullptr, false};
+  return {};
 }
 
 }  // namespace attn::kernels::detail
