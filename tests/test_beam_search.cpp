@@ -7,6 +7,7 @@
 // finishing at different steps.
 #include <attn/decode/beam_search.hpp>
 
+#include "error_helpers.hpp"
 #include "pch.hpp"
 #include "training_task.hpp"
 
@@ -228,6 +229,28 @@ TEST(BeamSearch, EmptySourceBatchesAndNonFiniteLengthPenaltiesAreRefused) {
     DecodeOptions bad = o;
     bad.length_penalty = alpha;
     EXPECT_THROW(beam_search(m, one, bad), ConfigError) << alpha;
+  }
+}
+
+// A model whose weights are finite but whose activations overflow (embeddings of 3e38, scaled by
+// sqrt(d_model)) gives NaN logits. Greedy decoding took NaN for the padding token and beam search
+// sorted NaN scores with a comparison that is then no strict weak order: empty translations, exit 0
+// (session 41). Both now refuse such logits.
+TEST(BeamSearch, LogitsThatAreNotFiniteAreRefused) {
+  Transformer<float> m(TransformerConfig::tiny(32));
+  for (auto& p : m.parameters())
+    if (p.name.find("embed") != std::string::npos) p.value.fill(3e38f);
+  const Tensor<TokenId> src = Tensor<TokenId>::full({2, 3}, 5);
+  for (Index beam : {1, 4}) {
+    const DecodeOptions o = task_options(beam, 3);
+    for (bool greedy : {true, false}) {
+      const std::string m_what = testing::error_of<NumericError>(
+          [&] { greedy ? greedy_decode(m, src, o) : beam_search(m, src, o); });
+      EXPECT_NE(m_what.find("decode: the logit of token 0 for sentence 0 at step 0 is "),
+                std::string::npos)
+          << m_what;
+      EXPECT_NE(m_what.find("the model's activations overflow"), std::string::npos) << m_what;
+    }
   }
 }
 

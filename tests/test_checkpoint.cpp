@@ -225,6 +225,62 @@ TEST_F(Checkpoint, TrainingCheckpointErrors) {
   EXPECT_EQ(rs.counter, 2u);  // nothing restored from a bad file
 }
 
+// Session 41: a step count of INT64_MAX was accepted and overflowed at the next update (undefined
+// behaviour, then "noam_lr: step counts from 1, got -9223372036854775808"), and a NaN first moment
+// or a negative second moment resumed, so that the first update wrote NaN weights into the next
+// checkpoint. Both are refused, naming the file, before anything changes.
+TEST_F(Checkpoint, TrainingCheckpointStepsAndMomentsAreBounded) {
+  Linear<float> lin(4, 2), saved(4, 2);
+  saved.weight.value.fill(7.0f);
+  Adam<float> adam(lin.parameters());
+  RandomState rs{1, 2};
+  const auto save = [&](const std::string& step, const char* poisoned, float value) {
+    std::vector<TensorEntry> entries;
+    for (const auto& p : saved.parameters()) entries.push_back(tensor_entry(p.name, p.value));
+    for (const auto& st : adam.state()) {
+      Tensor<float> moment = st.value.clone();
+      if (st.name == std::string(poisoned)) moment.data()[1] = value;
+      entries.push_back(tensor_entry("adam." + st.name, moment));
+    }
+    save_safetensors(path("ck.safetensors"), entries,
+                     {{"step", step}, {"rng_seed", "1"}, {"rng_counter", "2"}});
+  };
+  const auto load_error = [&] {
+    return error_of(
+        [&] { load_training_checkpoint(path("ck.safetensors"), lin.parameters(), adam, rs); });
+  };
+  for (const char* step : {"9223372036854775807", "9007199254740993"}) {
+    save(step, "", 0);
+    EXPECT_TRUE(contains(load_error(),
+                         "metadata \"step\" must be a non-negative decimal integer, "
+                         "got \"" +
+                             std::string(step) + "\" (at most 9007199254740992)"));
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const struct {
+    const char* moment;
+    float value;
+    const char* expected;
+  } poisons[] = {
+      {"weight.exp_avg", nan,
+       "Adam's weight.exp_avg holds nan at element 1, expected a finite number"},
+      {"bias.exp_avg", -std::numeric_limits<float>::infinity(), "Adam's bias.exp_avg holds -inf"},
+      {"weight.exp_avg_sq", -1.0f,
+       "Adam's weight.exp_avg_sq holds -1 at element 1, expected a finite number >= 0"},
+      {"bias.exp_avg_sq", nan, "Adam's bias.exp_avg_sq holds nan"}};
+  for (const auto& p : poisons) {
+    save("5", p.moment, p.value);
+    const std::string msg = load_error();
+    EXPECT_TRUE(contains(msg, "ck.safetensors: " + std::string(p.expected))) << msg;
+    EXPECT_NE(lin.weight.value.data()[0], 7.0f) << "weights overwritten by a refused file";
+    EXPECT_EQ(adam.steps(), 0);
+  }
+  save("9007199254740992", "weight.exp_avg", -1.0f);  // a negative first moment is a moment
+  EXPECT_EQ(load_training_checkpoint(path("ck.safetensors"), lin.parameters(), adam, rs).step,
+            Index{1} << 53);
+  EXPECT_EQ(lin.weight.value.data()[0], 7.0f);
+}
+
 TEST_F(Checkpoint, AveragingThreeCheckpointsGivesTheMean) {
   std::vector<std::string> paths;
   std::vector<std::unique_ptr<TwoLayers<double>>> models;

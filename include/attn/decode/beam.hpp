@@ -62,7 +62,7 @@ class BeamState {
     bool all_done = true;
     for (Index b = 0; b < B_; ++b) {
       if (!done_[static_cast<std::size_t>(b)]) {
-        expand(b, logits + b * live * V_, live);
+        expand(b, logits + b * live * V_, live, t);
         prune(b, live, t);
       } else {
         keep_in_place(b, 0, live);  // rows stay where they are; their outputs are ignored
@@ -111,9 +111,10 @@ class BeamState {
   std::size_t at(Index b, Index w) const { return static_cast<std::size_t>(b * W_ + w); }
 
   /// cand_score[w*V + v] <- log P(beam w of sentence b, then token v), from its `live` logits rows
-  /// [live, V]; beams without a row (the first step) score -inf.
+  /// [live, V] at step t (NumericError unless finite); beams without a row (the first step) score
+  /// -inf.
   template <class T>
-  void expand(Index b, const T* logits, Index live) {
+  void expand(Index b, const T* logits, Index live, Index t) {
     for (Index w = 0; w < W_; ++w) {
       double* out = cand_score_.data() + w * V_;
       if (w >= live) {
@@ -121,6 +122,7 @@ class BeamState {
         continue;
       }
       const T* row = logits + w * V_;
+      detail::check_finite_logits(row, V_, b, t);
       const double mx = *std::max_element(row, row + V_);
       double sum = 0;
       for (Index v = 0; v < V_; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);

@@ -35,6 +35,7 @@ std::vector<std::vector<TokenId>> greedy_decode(Transformer<T>& model, const Ten
       auto& hyp = out[static_cast<std::size_t>(b)];
       if (done[static_cast<std::size_t>(b)]) continue;
       const T* row = logits.data() + b * V;
+      detail::check_finite_logits(row, V, b, t);
       const TokenId best = static_cast<TokenId>(std::max_element(row, row + V) - row);
       if (best == opts.eos) {
         done[static_cast<std::size_t>(b)] = true;

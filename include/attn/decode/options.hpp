@@ -51,6 +51,21 @@ inline std::vector<Index> source_lengths(const Tensor<TokenId>& src, TokenId pad
   return len;
 }
 
+/// NumericError unless the V logits at `row` (sentence `sentence`, step `step`) are all finite. A
+/// model whose weights are finite but whose activations overflow (every embedding 3e38) gave NaN
+/// scores, which greedy decoding took for the padding token and beam search sorted with a
+/// comparison that is then no strict weak order: empty translations, exit 0 (session 41).
+template <class T>
+void check_finite_logits(const T* row, Index V, Index sentence, Index step) {
+  for (Index v = 0; v < V; ++v)
+    ATTN_CHECK(std::isfinite(row[v]), NumericError, "decode: the logit of token ", v,
+               " for sentence ", sentence, " at step ", step, " is ",
+               std::isnan(row[v]) ? "NaN"
+               : row[v] > 0       ? "+inf"
+                                  : "-inf",
+               ": the model's activations overflow (are its weights too large?)");
+}
+
 /// The output length limit of each source row of `src` [B, S]: its length + max_extra_length.
 inline std::vector<Index> output_limits(const Tensor<TokenId>& src, TokenId pad,
                                         const DecodeOptions& opts) {

@@ -11,7 +11,8 @@
 // not reported as a failed write: it is returned as a warning (the write happened, but may not be
 // durable), which the caller can print.
 //
-// Only a writer killed outright (SIGKILL, a power loss) leaves "<path>.tmp.<pid>" behind. The next
+// Only a writer killed outright (SIGKILL, a power loss, or a signal to attn-translate train once
+// its final checkpoint is written) leaves "<path>.tmp.<pid>" behind. The next
 // write of <path> removes such leftovers of writers that are gone (remove_stale_temporaries), so a
 // killed `translate --output f` costs disk space only until f is written again.
 #pragma once

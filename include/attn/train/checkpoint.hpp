@@ -11,6 +11,7 @@
 //   metadata of the caller                            e.g. "config" holding the model's JSON
 #pragma once
 
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -98,6 +99,26 @@ inline std::uint64_t parse_u64(const SafetensorsFile& file, const std::string& k
   return *v;
 }
 
+/// The most updates a training checkpoint may record: the learning-rate schedule and Adam's bias
+/// corrections count them in double, exact to 2^53, and a count near Index's limit (accepted
+/// until session 41) overflowed at the next update.
+inline constexpr std::uint64_t kMaxCheckpointSteps = std::uint64_t{1} << 53;
+
+/// FormatError naming `path` unless every element of Adam's moment `m` is finite, and a second
+/// moment (exp_avg_sq) also >= 0: a checkpoint with such a state resumed, and its first update
+/// wrote NaN weights into the next checkpoint.
+template <class T>
+void check_adam_moment(const NamedTensor<T>& m, const std::string& path) {
+  const std::string suffix = ".exp_avg_sq";
+  const bool second = m.name.size() >= suffix.size() &&
+                      m.name.compare(m.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const T* x = m.value.data();
+  for (Index i = 0; i < m.value.numel(); ++i)
+    ATTN_CHECK(std::isfinite(x[i]) && (!second || x[i] >= 0), FormatError, "checkpoint ", path,
+               ": Adam's ", m.name, " holds ", x[i], " at element ", i,
+               ", expected a finite number", second ? " >= 0" : "");
+}
+
 }  // namespace detail
 
 /// Writes every parameter value to `path` (atomically) with `metadata`.
@@ -182,8 +203,8 @@ TrainingCheckpoint load_training_checkpoint(const std::string& path,
   TrainingCheckpoint out;
   out.file = load_safetensors(path);
   const SafetensorsFile& file = out.file;
-  const auto steps = static_cast<Index>(detail::parse_u64(
-      file, "step", static_cast<std::uint64_t>(std::numeric_limits<Index>::max())));
+  const auto steps =
+      static_cast<Index>(detail::parse_u64(file, "step", detail::kMaxCheckpointSteps));
   const std::uint64_t seed = detail::parse_u64(file, "rng_seed");
   const std::uint64_t counter = detail::parse_u64(file, "rng_counter");
   std::unordered_set<std::string> known;
@@ -194,6 +215,7 @@ TrainingCheckpoint load_training_checkpoint(const std::string& path,
   detail::validate_model_tensors(file, params, LoadOptions{{"extra."}, false}, known);
   std::vector<NamedTensor<T>> state;
   for (const auto& s : adam.state()) state.push_back({s.name, file.tensor<T>("adam." + s.name)});
+  for (const auto& s : state) detail::check_adam_moment(s, path);
   adam.load_state(state, steps);  // checks the state before it changes Adam
   for (auto p : params) detail::copy_checkpoint_tensor(file, p.name, p.value);
   rng.seed = seed;

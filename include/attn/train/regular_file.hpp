@@ -60,13 +60,15 @@ class RegularFile {
   int fd() const { return fd_; }
   std::size_t size() const { return size_; }
 
-  /// Reads all size() bytes into `out` (which holds as many); IOError if the file ends early or a
-  /// read fails.
-  void read_all(void* out) const {
+  /// Reads all size() bytes into `out` (which holds as many), from a file not read before; IOError
+  /// if the file ends early or a read fails.
+  void read_all(void* out) const { read_next(out, size_); }
+  /// Reads the next `count` bytes into `out`; IOError if the file ends early or a read fails.
+  void read_next(void* out, std::size_t count) const {
     auto* p = static_cast<unsigned char*>(out);
     std::size_t got = 0;
-    while (got < size_) {
-      const ssize_t k = ::read(fd_, p + got, size_ - got);
+    while (got < count) {
+      const ssize_t k = ::read(fd_, p + got, count - got);
       if (k < 0 && errno == EINTR) continue;
       ATTN_CHECK(k > 0, IOError, "cannot read ", path_, ": ",
                  k < 0 ? std::strerror(errno) : "the file ended early (truncated while read?)");

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -93,13 +94,13 @@ class SafetensorsHeaderReader {
   bool key(std::string& k) {
     if (skip_ > 0) return true;
     if (depth_ == 1) {
-      ATTN_CHECK(++entries_ <= kMaxSafetensorsEntries, FormatError, path_, ": header has more than ",
-                 kMaxSafetensorsEntries, " entries");
+      ATTN_CHECK(++entries_ <= kMaxSafetensorsEntries, FormatError, path_,
+                 ": header has more than ", kMaxSafetensorsEntries, " entries");
       ATTN_CHECK(names_.insert(k).second, FormatError, path_, ": tensor name '", k,
                  "' appears twice in the header");
     } else if (in_ == In::metadata) {
-      ATTN_CHECK(++entries_ <= kMaxSafetensorsEntries, FormatError, path_, ": header has more than ",
-                 kMaxSafetensorsEntries, " entries");
+      ATTN_CHECK(++entries_ <= kMaxSafetensorsEntries, FormatError, path_,
+                 ": header has more than ", kMaxSafetensorsEntries, " entries");
       ATTN_CHECK(!header.metadata.count(k), FormatError, path_, ": __metadata__ key '", k,
                  "' appears twice");
     } else if (in_ == In::tensor) {
@@ -204,7 +205,7 @@ class SafetensorsHeaderReader {
   }
 
   const std::string& path_;
-  std::string key_;                      // the last key read at the current level
+  std::string key_;                         // the last key read at the current level
   std::unordered_set<std::string> names_;   // top-level keys seen
   std::unordered_set<std::string> fields_;  // keys of the current tensor entry
   std::size_t entries_ = 0;
@@ -218,6 +219,10 @@ class SafetensorsHeaderReader {
 inline SafetensorsHeader parse_safetensors_header(const unsigned char* first,
                                                   const unsigned char* last,
                                                   const std::string& path) {
+  // nlohmann's lexer takes a NUL byte for the end of its input: the bytes after one went unread.
+  const void* nul = std::memchr(first, 0, static_cast<std::size_t>(last - first));
+  ATTN_CHECK(nul == nullptr, FormatError, path, ": header holds a NUL byte at offset ",
+             static_cast<const unsigned char*>(nul) - first, " (JSON text has none)");
   SafetensorsHeaderReader reader(path);
   nlohmann::json::sax_parse(first, last, &reader);
   for (const RawTensorEntry& t : reader.header.tensors) {
