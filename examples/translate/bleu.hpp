@@ -65,7 +65,9 @@ std::string lowercase_utf8(std::string_view text);
 /// Python's str.split(): tokens separated by runs of Unicode whitespace.
 std::vector<std::string> split_whitespace(std::string_view text);
 
-/// Corpus BLEU of hyps[i] against refs[i]. Throws DataError if the counts differ.
+/// Corpus BLEU of hyps[i] against refs[i]. Throws DataError if the counts differ. Memory and
+/// time grow linearly with the longest sentence pair (n-grams are counted as integer ids, not
+/// strings), so one pathological line costs a few times its size.
 BleuScore corpus_bleu(const std::vector<std::string>& hyps, const std::vector<std::string>& refs,
                       const BleuOptions& options = {});
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 
 #include <attn/error.hpp>
@@ -52,6 +53,71 @@ std::string describe(const VocabFingerprint& f) {
   return detail::concat("size ", f.size, ", spm.model hash ", hex16(f.hash));
 }
 
+// The protobuf wire format, as far as the check below reads it: a message is a sequence of fields,
+// each a varint key (field number << 3 | wire type) and a value: a varint (type 0), 8 bytes (1),
+// a varint length and that many bytes (2), or 4 bytes (5).
+bool read_varint(std::string_view& in, std::uint64_t& value) {
+  value = 0;
+  for (int shift = 0; shift < 64 && !in.empty(); shift += 7) {
+    const auto byte = static_cast<unsigned char>(in.front());
+    in.remove_prefix(1);
+    value |= std::uint64_t{byte & 0x7fu} << shift;
+    if ((byte & 0x80u) == 0) return true;
+  }
+  return false;
+}
+
+/// The values of the length-delimited fields numbered `field` of `message`, in order; nothing if
+/// the message is not well-formed wire format.
+std::optional<std::vector<std::string_view>> length_delimited_fields(std::string_view message,
+                                                                     std::uint64_t field) {
+  std::vector<std::string_view> found;
+  while (!message.empty()) {
+    std::uint64_t key = 0, value = 0;
+    // protobuf reads a key as 32 bits and drops any above them: a key padded past them would
+    // name another field here than there, and hide the map from this check.
+    if (!read_varint(message, key) || key > 0xffffffffu) return std::nullopt;
+    const std::uint64_t type = key & 7u;
+    std::size_t skip = type == 1 ? 8 : type == 5 ? 4 : 0;
+    if (type == 0 && !read_varint(message, value)) return std::nullopt;
+    if (type == 2) {
+      if (!read_varint(message, value) || value > message.size()) return std::nullopt;
+      if (key >> 3 == field) found.push_back(message.substr(0, value));
+      skip = static_cast<std::size_t>(value);
+    }
+    if ((type != 0 && type != 1 && type != 2 && type != 5) || skip > message.size())
+      return std::nullopt;
+    message.remove_prefix(skip);
+  }
+  return found;
+}
+
+// sentencepiece 0.1.97 loads a model's precompiled character maps (ModelProto.normalizer_spec = 3
+// and denormalizer_spec = 5, each a NormalizerSpec whose precompiled_charsmap is field 2) without
+// checking them, and a crafted one made encoding read out of bounds (SIGSEGV). attn-translate
+// trains with identity normalisation, which has none, so a model with one is refused. (Debian's
+// libsentencepiece-dev ships no ModelProto header to read these fields through.)
+void check_no_character_map(const std::string& bytes, const std::string& path) {
+  constexpr const char* kNotWireFormat =
+      "' is not a sentencepiece model: its bytes are not protobuf wire format";
+  const auto specs = [&](std::uint64_t field) {
+    auto found = length_delimited_fields(bytes, field);
+    ATTN_CHECK(found.has_value(), FormatError, "'", path, kNotWireFormat);
+    return *found;
+  };
+  for (const std::uint64_t field : {std::uint64_t{3}, std::uint64_t{5}})
+    for (const std::string_view spec : specs(field)) {
+      const auto maps = length_delimited_fields(spec, 2);
+      ATTN_CHECK(maps.has_value(), FormatError, "'", path, kNotWireFormat);
+      for (const std::string_view map : *maps)
+        ATTN_CHECK(map.empty(), FormatError, "'", path, "': a sentencepiece model whose ",
+                   field == 3 ? "normalizer" : "denormalizer", " has a precompiled character map (",
+                   map.size(),
+                   " bytes); attn-translate trains and reads models with identity "
+                   "normalisation, which have none");
+    }
+}
+
 }  // namespace
 
 struct SubwordVocab::Impl {
@@ -66,6 +132,7 @@ SubwordVocab::~SubwordVocab() = default;
 
 std::unique_ptr<SubwordVocab::Impl> SubwordVocab::from_bytes(const std::string& bytes,
                                                              const std::string& path) {
+  check_no_character_map(bytes, path);
   auto impl = std::make_unique<SubwordVocab::Impl>();
   const auto status = impl->sp.LoadFromSerializedProto(bytes);
   ATTN_CHECK(status.ok(), FormatError, "'", path,

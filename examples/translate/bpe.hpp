@@ -31,9 +31,12 @@ struct VocabFingerprint {
 /// (256 MiB).
 inline constexpr int kMaxVocabSize = 1 << 21;
 
+/// The most threads sentencepiece's trainer takes (it refuses more with an internal error).
+inline constexpr int kMaxBpeThreads = 128;
+
 struct BpeTrainOptions {
   int vocab_size = 8000;
-  int num_threads = 2;
+  int num_threads = 2;  // at most kMaxBpeThreads
 };
 
 class SubwordVocab {

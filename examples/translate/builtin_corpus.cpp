@@ -19,7 +19,10 @@ void add(ParallelCorpus& c, const SourcedPair& p) {
   c.tgt.push_back(p.de);
 }
 
-void read_descriptions(const BuiltinCorpusOptions& o, std::vector<SourcedPair>& out) {
+// Each source reader appends its pairs to `out`, and to `left_out` the parts it could not read
+// while it read the rest ("source: why").
+void read_descriptions(const BuiltinCorpusOptions& o, std::vector<SourcedPair>& out,
+                       std::vector<std::string>&) {
   DebianDescriptionOptions d;
   d.directory = o.apt_lists_dir;
   const ParallelCorpus c = load_debian_descriptions(d);
@@ -27,7 +30,8 @@ void read_descriptions(const BuiltinCorpusOptions& o, std::vector<SourcedPair>& 
     out.push_back({c.src[i], c.tgt[i], CorpusSource::kDescriptions, false, o.descriptions});
 }
 
-void read_dictionary(const BuiltinCorpusOptions& o, std::vector<SourcedPair>& out) {
+void read_dictionary(const BuiltinCorpusOptions& o, std::vector<SourcedPair>& out,
+                     std::vector<std::string>&) {
   for (DictPair& p : load_dictionary(o.dictionary_path)) {
     const bool sentence = p.kind == DictKind::kSentence;
     const bool train = (sentence && o.dictionary_sentences) ||
@@ -39,11 +43,14 @@ void read_dictionary(const BuiltinCorpusOptions& o, std::vector<SourcedPair>& ou
   }
 }
 
-void read_gettext(const BuiltinCorpusOptions& o, std::vector<SourcedPair>& out) {
+void read_gettext(const BuiltinCorpusOptions& o, std::vector<SourcedPair>& out,
+                  std::vector<std::string>& left_out) {
   GettextCorpusOptions g;
   g.directory = o.gettext_dir;
   g.valid_size = g.test_size = 0;  // the split is made below, over all sources
-  const CorpusSplit c = load_gettext_corpus(g);
+  GettextCorpusStats stats;
+  const CorpusSplit c = load_gettext_corpus(g, &stats);
+  for (const std::string& why : stats.unreadable) left_out.push_back("one gettext catalog: " + why);
   for (std::size_t i = 0; i < c.train.size(); ++i)
     out.push_back({c.train.src[i], c.train.tgt[i], CorpusSource::kGettext, false, true});
 }
@@ -142,7 +149,8 @@ BuiltinCorpus load_builtin_corpus(const BuiltinCorpusOptions& o, BuiltinCorpusSt
   // Descriptions and the dictionary are always read: the held-out sets come from their full
   // sentences (assemble_builtin_corpus, step 2) and must not change with the training mix.
   const std::tuple<bool, CorpusSource,
-                   void (*)(const BuiltinCorpusOptions&, std::vector<SourcedPair>&)>
+                   void (*)(const BuiltinCorpusOptions&, std::vector<SourcedPair>&,
+                            std::vector<std::string>&)>
       sources[] = {{true, CorpusSource::kDescriptions, read_descriptions},
                    {true, CorpusSource::kDictionary, read_dictionary},
                    {o.gettext, CorpusSource::kGettext, read_gettext}};
@@ -150,7 +158,7 @@ BuiltinCorpus load_builtin_corpus(const BuiltinCorpusOptions& o, BuiltinCorpusSt
     if (!enabled) continue;
     const std::size_t before = pairs.size();
     try {
-      read(o, pairs);
+      read(o, pairs, st.missing);
     } catch (const Error& e) {  // a missing source is named, and the others still train
       st.missing.push_back(std::string(corpus_source_name(source)) + ": " + e.what());
       pairs.resize(before);

@@ -1,8 +1,8 @@
 // The trainer's built-in English -> German corpus: human translations that a Debian machine gets
 // through apt, read at run time from where Debian puts them (nothing is copied into the project).
 //
-// Sources (a missing one is named in BuiltinCorpusStats::missing and the rest are used; the
-// options choose which are trained on):
+// Sources (a missing one is named in BuiltinCorpusStats::missing and the rest are used, and so is
+// a gettext catalog that cannot be read; the options choose which are trained on):
 //   descriptions: Debian's translated package descriptions (debian_descriptions.hpp), technical
 //                 prose paired by sentence;
 //   dictionary:   the sentences of the trans-de-en dictionary (dictionary_corpus.hpp);
@@ -69,13 +69,15 @@ struct SourcedPair {
 };
 
 struct BuiltinCorpusStats {
-  std::vector<std::string> missing;  ///< "source: why" for each source that could not be read
+  /// "source: why" for each source that could not be read ("one gettext catalog: why" for each
+  /// catalog left out of a source that was read)
+  std::vector<std::string> missing;
   std::size_t pairs_read[3] = {0, 0, 0};  ///< per CorpusSource, as read
   std::size_t duplicates = 0;             ///< step 1
   std::size_t candidates = 0;             ///< step 2: full sentences eligible for held-out sets
   /// Step 2: the source of the held-out sentences.
   CorpusSource held_out_source = CorpusSource::kDescriptions;
-  std::size_t removed_overlap = 0;        ///< step 3
+  std::size_t removed_overlap = 0;             ///< step 3
   std::size_t train_by_source[3] = {0, 0, 0};  ///< training pairs per source, with weights
 };
 

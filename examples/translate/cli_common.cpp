@@ -85,7 +85,12 @@ void check_stdout(const std::string& what) {
 }
 
 void add_threads(CLI::App* app, int& threads) {
-  app->add_option("--threads", threads, "worker threads")->capture_default_str()->check(positive());
+  // Bounded: each thread takes a stack, and under a 1.5 GB address-space limit --threads 1000 made
+  // libgomp fail to create its threads and exit on its own, past attn's error handling.
+  app->add_option("--threads", threads, "worker threads")
+      ->capture_default_str()
+      ->check(positive())
+      ->check(in_range(1, kMaxThreads));
 }
 
 bool threads_given(const CLI::App& sub) {

@@ -3,11 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
-#include <fstream>
-#include <iterator>
-#include <sstream>
 
 #include <attn/error.hpp>
+#include <attn/train/regular_file.hpp>
 
 #include "corpus_io.hpp"       // is_valid_utf8
 #include "gettext_corpus.hpp"  // normalize_spaces
@@ -183,13 +181,15 @@ std::vector<DictPair> parse_dictionary(std::string_view text, DictionaryStats* s
 }
 
 std::vector<DictPair> load_dictionary(const std::string& path, DictionaryStats* stats) {
-  std::ifstream in(path, std::ios::binary);
-  ATTN_CHECK(in.good(), IOError, "cannot open the dictionary '", path,
-             "' (Debian package trans-de-en: apt-get install trans-de-en)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  ATTN_CHECK(!in.bad(), IOError, "cannot read the dictionary '", path, "'");
-  return parse_dictionary(text.str(), stats);
+  std::string text;
+  try {
+    text = read_regular_file(path, kMaxDictionaryBytes);
+  } catch (const IOError& e) {  // it names the path and why; say where the file comes from
+    throw IOError(detail::concat(
+        "cannot open the dictionary (Debian package trans-de-en: apt-get install trans-de-en): ",
+        e.what()));
+  }
+  return parse_dictionary(text, stats);
 }
 
 }  // namespace attn::translate

@@ -257,11 +257,18 @@ CorpusSplit load_gettext_corpus(const GettextCorpusOptions& options, GettextCorp
     if (it->path().extension() == ".mo") files.push_back(it->path());
   ATTN_CHECK(!ec, IOError, "cannot list the gettext catalogs in '", options.directory,
              "': ", ec.message());
+  std::sort(files.begin(), files.end());  // unreadable catalogs named in the same order each run
 
   // source -> translation -> how many catalogs give it
   std::map<std::string, std::map<std::string, std::size_t>> seen;
   for (const fs::path& path : files) {
-    const MoCatalog catalog = read_mo_file(path.string());
+    MoCatalog catalog;
+    try {
+      catalog = read_mo_file(path.string());
+    } catch (const Error& e) {  // one package's broken catalog leaves the others in
+      st.unreadable.push_back(e.what());
+      continue;
+    }
     const std::string charset = header_charset(catalog);
     if (!(charset.empty() || charset == "utf-8" || charset == "utf8" || charset == "ascii" ||
           charset == "us-ascii")) {
@@ -295,7 +302,11 @@ CorpusSplit load_gettext_corpus(const GettextCorpusOptions& options, GettextCorp
   const std::size_t held_out = options.valid_size + options.test_size;
   ATTN_CHECK(pairs.size() > held_out, DataError, "the gettext catalogs in '", options.directory,
              "' yield ", pairs.size(), " usable pairs from ", st.files,
-             " files; expected more than valid_size + test_size = ", held_out);
+             " files; expected more than valid_size + test_size = ", held_out,
+             st.unreadable.empty()
+                 ? std::string()
+                 : detail::concat(" (", st.unreadable.size(),
+                                  " could not be read, the first: ", st.unreadable[0], ")"));
 
   CorpusSplit split;
   for (std::size_t i = 0; i < pairs.size(); ++i) {

@@ -38,6 +38,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "corpus_io.hpp"
 
@@ -69,7 +70,8 @@ struct GettextCorpusOptions {
 
 struct GettextCorpusStats {
   std::size_t files = 0;
-  std::size_t files_skipped = 0;  ///< catalogs whose charset is neither UTF-8 nor ASCII
+  std::size_t files_skipped = 0;        ///< catalogs whose charset is neither UTF-8 nor ASCII
+  std::vector<std::string> unreadable;  ///< why each catalog that could not be read was left out
   std::size_t entries = 0;
   std::array<std::size_t, static_cast<std::size_t>(DropReason::kCount)> by_reason{};
   std::size_t duplicates = 0;  ///< kept pairs whose source had already been seen
@@ -97,9 +99,9 @@ CleanResult clean_gettext_entry(std::string_view msgid, std::string_view msgstr,
 /// The hash that orders the corpus before the split; fixed across platforms and runs.
 std::uint64_t stable_hash(std::string_view text);
 
-/// Reads every *.mo in options.directory. Throws IOError if the directory cannot be listed,
-/// DataError if no pair survives or fewer than valid_size + test_size + 1 do, FormatError for a
-/// corrupt catalog.
+/// Reads every *.mo in options.directory; one that cannot be read (missing, not a regular file,
+/// too large, corrupt) is left out and named in stats->unreadable. Throws IOError if the directory
+/// cannot be listed, DataError if no pair survives or fewer than valid_size + test_size + 1 do.
 CorpusSplit load_gettext_corpus(const GettextCorpusOptions& options = {},
                                 GettextCorpusStats* stats = nullptr);
 

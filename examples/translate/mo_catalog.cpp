@@ -1,11 +1,9 @@
 #include "mo_catalog.hpp"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <iterator>
+#include <algorithm>
 
 #include <attn/error.hpp>
+#include <attn/train/regular_file.hpp>
 
 namespace attn::translate {
 namespace {
@@ -51,18 +49,45 @@ class Reader {
   const std::string& name_;
 };
 
-std::vector<std::string> split_nul(std::string_view s) {
+// The plural forms of translation `index`, separated by NUL. They are counted before a string is
+// made: one NUL of the file costs a 32-byte std::string, so a translation of 50 million NULs took
+// 2 GB.
+std::vector<std::string> split_plural_forms(std::string_view translation, std::uint64_t index,
+                                            const std::string& name) {
+  const auto forms =
+      static_cast<std::size_t>(std::count(translation.begin(), translation.end(), '\0')) + 1;
+  ATTN_CHECK(forms <= kMaxPluralForms, FormatError, "'", name, "': translation string ", index,
+             " holds ", forms, " NUL-separated plural forms, expected at most ", kMaxPluralForms);
   std::vector<std::string> parts;
+  parts.reserve(forms);
   std::size_t start = 0;
-  for (;;) {
-    const std::size_t end = s.find('\0', start);
-    if (end == std::string_view::npos) {
-      parts.emplace_back(s.substr(start));
-      return parts;
-    }
-    parts.emplace_back(s.substr(start, end - start));
-    start = end + 1;
+  for (std::size_t end; (end = translation.find('\0', start)) != std::string_view::npos;
+       start = end + 1)
+    parts.emplace_back(translation.substr(start, end - start));
+  parts.emplace_back(translation.substr(start));
+  return parts;
+}
+
+// Entry `index` from its original ("ctx\x04id\0id_plural", context and plural optional) and its
+// translation.
+MoEntry make_entry(std::string_view original, std::string_view translation, std::uint64_t index,
+                   const std::string& name) {
+  MoEntry entry;
+  const std::size_t eot = original.find('\x04');
+  if (eot != std::string_view::npos) {
+    entry.has_context = true;
+    entry.context = std::string(original.substr(0, eot));
+    original.remove_prefix(eot + 1);
   }
+  const std::size_t nul = original.find('\0');
+  if (nul != std::string_view::npos) {
+    entry.plural = true;
+    entry.msgid_plural = std::string(original.substr(nul + 1));
+    original = original.substr(0, nul);
+  }
+  entry.msgid = std::string(original);
+  entry.msgstr = split_plural_forms(translation, index, name);
+  return entry;
 }
 
 }  // namespace
@@ -104,43 +129,30 @@ MoCatalog parse_mo(std::string_view bytes, const std::string& name) {
              hash_offset + 4 * hash_size, ", beyond the end of the file (", size, " bytes)");
 
   catalog.entries.reserve(count);
-  // msgfmt writes every string as a region of its own, so together they fit in the file. Without
-  // this bound, entries all pointing at one long string would copy it again and again: a 1 MB file
-  // could ask for tens of gigabytes (std::bad_alloc instead of FormatError).
+  // msgfmt writes every string as a region of its own, after the header and the two tables, so
+  // together they fit in the file. Without the first bound, entries all pointing at one long
+  // string would copy it again and again: a 1 MB file could ask for tens of gigabytes
+  // (std::bad_alloc instead of FormatError). The second also charges each entry its 16 bytes of
+  // tables, so that the entries, with their plural forms, take memory proportional to the file.
   std::uint64_t referenced = 0;
   for (std::uint64_t i = 0; i < count; ++i) {
-    std::string_view original = in.string_at(originals, i, "original");
+    const std::string_view original = in.string_at(originals, i, "original");
     const std::string_view translation = in.string_at(translations, i, "translation");
     referenced += original.size() + translation.size() + 2;
     ATTN_CHECK(referenced <= size, FormatError, "'", name, "': the strings of entries 0 to ", i,
                " take ", referenced, " bytes with their NULs, more than the file holds (", size,
                " bytes): strings overlap");
-    MoEntry entry;
-    const std::size_t eot = original.find('\x04');
-    if (eot != std::string_view::npos) {
-      entry.has_context = true;
-      entry.context = std::string(original.substr(0, eot));
-      original.remove_prefix(eot + 1);
-    }
-    const std::size_t nul = original.find('\0');
-    if (nul != std::string_view::npos) {
-      entry.plural = true;
-      entry.msgid_plural = std::string(original.substr(nul + 1));
-      original = original.substr(0, nul);
-    }
-    entry.msgid = std::string(original);
-    entry.msgstr = split_nul(translation);
-    catalog.entries.push_back(std::move(entry));
+    const std::uint64_t laid_out = kHeaderBytes + 16 * (i + 1) + referenced;
+    ATTN_CHECK(laid_out <= size, FormatError, "'", name, "': the header, the table entries and ",
+               "the strings of entries 0 to ", i, " take ", laid_out,
+               " bytes, more than the file holds (", size, " bytes): strings overlap the tables");
+    catalog.entries.push_back(make_entry(original, translation, i, name));
   }
   return catalog;
 }
 
 MoCatalog read_mo_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ATTN_CHECK(in.good(), IOError, "cannot open '", path, "' for reading: ", std::strerror(errno));
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ATTN_CHECK(!in.bad(), IOError, "cannot read '", path, "'");
-  return parse_mo(bytes, path);
+  return parse_mo(read_regular_file(path, kMaxMoBytes), path);
 }
 
 }  // namespace attn::translate

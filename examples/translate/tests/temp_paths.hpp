@@ -4,11 +4,14 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "temp_dir.hpp"
 
@@ -48,5 +51,28 @@ inline std::filesystem::path temp_dir(const std::string& name) {
 
 using attn::testing::read_file;
 using attn::testing::write_file;
+
+/// Paths in `dir` that a reader of regular files of at most `max_bytes` bytes must refuse, each
+/// with the reason RegularFile gives: a directory, a FIFO without a writer (a blocking open would
+/// wait for ever), a link to /dev/zero, and a sparse file one byte over the cap. `ext` ends
+/// their names.
+inline std::vector<std::pair<std::string, std::string>> unreadable_paths(
+    const std::filesystem::path& dir, std::size_t max_bytes, const std::string& ext = "") {
+  namespace fs = std::filesystem;
+  const std::string directory = (dir / ("directory" + ext)).string(),
+                    fifo = (dir / ("fifo" + ext)).string(),
+                    device = (dir / ("zero" + ext)).string(),
+                    large = (dir / ("large" + ext)).string();
+  fs::create_directories(directory);
+  EXPECT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  fs::create_symlink("/dev/zero", device);
+  write_file(large, "");
+  fs::resize_file(large, max_bytes + 1);  // sparse: nothing is written
+  return {{directory, "expected a regular file, found a directory"},
+          {fifo, "expected a regular file, found a FIFO"},
+          {device, "expected a regular file, found a character device"},
+          {large, "it holds " + std::to_string(max_bytes + 1) + " bytes, more than the " +
+                      std::to_string(max_bytes) + " this reader accepts"}};
+}
 
 }  // namespace attn::translate::testing

@@ -147,6 +147,45 @@ TEST(SubwordVocab, Errors) {
             std::string::npos);
 }
 
+// sentencepiece loads a model's precompiled character map unchecked, and a crafted one made
+// encoding read out of bounds (SIGSEGV in the normalizer, session 41). attn-translate trains with
+// identity normalisation, whose models have none, so one in the normalizer (ModelProto field 3) or
+// the denormalizer (5) is refused at load; an empty one, as identity normalisation writes, is not.
+// Protobuf merges a message field met twice, so the map is appended as a second NormalizerSpec.
+TEST(SubwordVocab, AModelWithAPrecompiledCharacterMapIsRefused) {
+  const fs::path dir = fresh_temp_path("vocab_charsmap");
+  SubwordVocab::train(toy_sentences(), dir.string(), BpeTrainOptions{100, 2});
+  std::string trained;
+  {
+    std::ifstream in(dir / "spm.model", std::ios::binary);
+    trained.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto with_map = [&](const std::string& spec_key, std::size_t map_bytes) {
+    const std::string map(map_bytes, '\xff');  // both lengths below fit in one varint byte
+    const std::string spec = std::string("\x12") + char(map_bytes) + map;
+    std::ofstream(dir / "spm.model", std::ios::binary)
+        << trained << spec_key << char(spec.size()) << spec;
+  };
+  // protobuf reads a key as 32 bits, dropping those above: field 3 with bit 32 set as well, which
+  // a reader of 64-bit keys took for another field and skipped.
+  with_map("\x9a\x80\x80\x80\x10", 100);
+  EXPECT_NE(error_of<attn::FormatError>([&] {
+              SubwordVocab::load(dir.string());
+            }).find("is not a sentencepiece model: its bytes are not protobuf wire format"),
+            std::string::npos);
+  for (const std::string spec_key : {"\x1a", "\x2a"}) {  // field 3 or 5, length-delimited
+    with_map(spec_key, 100);
+    const std::string m = error_of<attn::FormatError>([&] { SubwordVocab::load(dir.string()); });
+    EXPECT_NE(m.find("has a precompiled character map (100 bytes)"), std::string::npos) << m;
+    with_map(spec_key, 0);
+    EXPECT_NE(error_of<attn::FormatError>([&] {
+                SubwordVocab::load(dir.string());
+              }).find("was trained with a different vocabulary"),
+              std::string::npos)
+        << "an empty map loads, and only vocab.txt's hash stops it";
+  }
+}
+
 // --------------------------------------------------------------------------------- batching
 
 namespace {

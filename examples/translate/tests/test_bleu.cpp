@@ -1,8 +1,10 @@
 // Corpus BLEU and the 13a tokenizer against hand computations. The tokenizer expectations were
 // produced by sacreBLEU's own regular expressions (tokenizers/tokenizer_re.py) run in Python.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include <attn/error.hpp>
 
@@ -139,4 +141,44 @@ TEST(Bleu, MismatchedCountsThrow) {
     EXPECT_NE(std::string(e.what()).find("got 2 hypotheses and 1 references"), std::string::npos)
         << e.what();
   }
+}
+
+// Sanitizers own the allocator and add shadow memory: the memory test skips under them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define BLEU_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define BLEU_TEST_SANITIZED 1
+#endif
+#endif
+
+namespace {
+
+// Peak resident memory of this process so far, in bytes (Linux reports ru_maxrss in KiB).
+std::int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;
+}
+
+}  // namespace
+
+TEST(Bleu, LongLineOfSymbolsTakesMemoryInProportion) {
+#if !defined(__linux__) || defined(BLEU_TEST_SANITIZED)
+  GTEST_SKIP() << "needs Linux's ru_maxrss and the plain allocator";
+#endif
+  // A 4 MiB hypothesis of '|' is 4 Mi tokens after 13a. Four growing copies of the line and a
+  // std::string per token and per n-gram once took 57 times the line (2.87 GB for 50 MB).
+  const std::int64_t kBytes = std::int64_t{4} << 20;
+  const std::string line(static_cast<std::size_t>(kBytes), '|');
+  const std::int64_t before = peak_rss_bytes();
+  const BleuScore s = corpus_bleu({line}, {"a | b"});
+  const std::int64_t growth = peak_rss_bytes() - before;
+  EXPECT_EQ(s.hyp_len, kBytes);
+  EXPECT_EQ(s.ref_len, 3);
+  EXPECT_DOUBLE_EQ(s.counts[0], 1);  // clipped to the reference's one '|'
+  EXPECT_DOUBLE_EQ(s.counts[1], 0);
+  EXPECT_DOUBLE_EQ(s.totals[3], static_cast<double>(kBytes - 3));
+  EXPECT_LT(growth, 16 * kBytes) << "scoring a " << kBytes << "-byte line took " << growth
+                                 << " bytes more than the peak before it";
 }

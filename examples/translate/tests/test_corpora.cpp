@@ -3,6 +3,7 @@
 // progress output.
 #include <gtest/gtest.h>
 #include <lz4frame.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -25,6 +26,7 @@ namespace fs = std::filesystem;
 using namespace attn::translate;
 using attn::testing::error_of;
 using attn::translate::testing::temp_dir;
+using attn::translate::testing::unreadable_paths;
 using attn::translate::testing::write_file;
 
 namespace {
@@ -291,6 +293,17 @@ TEST(Dictionary, MissingFileNamesThePackage) {
   EXPECT_TRUE(load_dictionary(path).empty());
 }
 
+TEST(Dictionary, OnlyARegularFileWithinTheCapIsRead) {
+  // A directory gave 0 pairs without an error (the failure was left in an unchecked stream), and
+  // /dev/zero was read until std::bad_alloc, which the stream swallowed: 0 pairs again.
+  for (const auto& [path, why] : unreadable_paths(temp_dir("dict_files"), kMaxDictionaryBytes)) {
+    const std::string& file = path;  // C++17 lambdas cannot capture a structured binding
+    const std::string error = error_of<attn::IOError>([&] { load_dictionary(file); });
+    EXPECT_NE(error.find("trans-de-en): cannot read " + path + ": " + why), std::string::npos)
+        << error;
+  }
+}
+
 // ---------------------------------------------------------------------------- built-in corpus
 
 namespace {
@@ -305,6 +318,15 @@ std::vector<SourcedPair> synthetic_pairs(std::size_t n) {
     p.push_back({"word " + k, "Wort " + k, CorpusSource::kDictionary, false});
   }
   return p;
+}
+
+// A dictionary of `n` full sentences.
+std::string sentence_dictionary(int n) {
+  std::string dict;
+  for (int i = 0; i < n; ++i)
+    dict +=
+        "Satz " + std::to_string(i) + " ist gut. :: Sentence " + std::to_string(i) + " is good.\n";
+  return dict;
 }
 
 BuiltinCorpusOptions small_options() {
@@ -427,11 +449,7 @@ TEST(BuiltinCorpus, MissingSourcesAreNamedAndTheRestUsed) {
   o.gettext = true;
   o.gettext_dir = (dir / "no_locale").string();
   o.dictionary_path = (dir / "de-en").string();
-  std::string dict;
-  for (int i = 0; i < 40; ++i)
-    dict +=
-        "Satz " + std::to_string(i) + " ist gut. :: Sentence " + std::to_string(i) + " is good.\n";
-  write_file(o.dictionary_path, dict);
+  write_file(o.dictionary_path, sentence_dictionary(40));
   BuiltinCorpusStats st;
   const BuiltinCorpus c = load_builtin_corpus(o, &st);
   ASSERT_EQ(st.missing.size(), 2u);
@@ -446,6 +464,38 @@ TEST(BuiltinCorpus, MissingSourcesAreNamedAndTheRestUsed) {
                 .find("no source of the built-in corpus could be read: Debian package "
                       "descriptions: "),
             std::string::npos);
+}
+
+TEST(BuiltinCorpus, UnreadableFilesLeaveTheirSourceOutWithANote) {
+  // A directory named x.mo threw std::ios_base::failure past the catch that leaves a source out,
+  // and ended the run; a directory as the dictionary was read as 0 pairs without a note.
+  const fs::path dir = temp_dir("builtin_unreadable");
+  BuiltinCorpusOptions o = small_options();
+  o.apt_lists_dir = (dir / "no_lists").string();
+  o.gettext = true;
+  o.gettext_dir = (dir / "locale").string();
+  const std::string catalog = (dir / "locale" / "x.mo").string();
+  fs::create_directories(catalog);
+  o.dictionary_path = (dir / "de-en").string();
+  write_file(o.dictionary_path, sentence_dictionary(40));
+  BuiltinCorpusStats st;
+  EXPECT_EQ(load_builtin_corpus(o, &st).split.train.size(), 2u * 18u);
+  ASSERT_EQ(st.missing.size(), 2u);
+  EXPECT_NE(st.missing[1].find("gettext catalogs: the gettext catalogs in '" + o.gettext_dir +
+                               "' yield 0 usable pairs from 0 files"),
+            std::string::npos)
+      << st.missing[1];
+  EXPECT_NE(st.missing[1].find("(1 could not be read, the first: cannot read " + catalog +
+                               ": expected a regular file, found a directory)"),
+            std::string::npos)
+      << st.missing[1];
+  o.dictionary_path = dir.string();
+  EXPECT_NE(
+      error_of<attn::DataError>([&] { load_builtin_corpus(o); })
+          .find("; trans-de-en dictionary: cannot open the dictionary (Debian package "
+                "trans-de-en: apt-get install trans-de-en): cannot read " +
+                dir.string() + ": expected a regular file, found a directory; gettext catalogs: "),
+      std::string::npos);
 }
 
 // ----------------------------------------------------------------------------------- progress

@@ -141,6 +141,11 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
       {"--d-model 15", "divisible"},
       // Beyond the data: the update never ended.
       {"--tokens-per-update 9223372036854775807", "--tokens-per-update must be in [0, "},
+      // Session 41: under an address-space limit libgomp failed to create 1000 threads and exited
+      // on its own; sentencepiece's trainer refused more than 128 with an error naming no flag.
+      {"--threads 1000", "--threads: expected a number in [1,256], got 1000"},
+      // The model config's message, which named its src_vocab.
+      {"--vocab-size 0", "--vocab-size must be > 0, got 0"},
       // CLI11's bound of DBL_MAX, printed in 310 digits.
       {"--threads 0", "expected a number > 0, got 0"},
       {"--clip-norm inf", "expected a finite number >= 0, got inf"},

@@ -1,7 +1,9 @@
 // .mo catalogs and the gettext corpus built from them: parsing, cleaning rules, and a split that
 // does not depend on the order of the files. Parallel text files are in test_corpus_io.cpp.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -24,6 +26,7 @@ namespace fs = std::filesystem;
 using namespace attn::translate;
 using attn::testing::error_of;
 using attn::translate::testing::temp_dir;
+using attn::translate::testing::unreadable_paths;
 using attn::translate::testing::write_file;
 
 namespace {
@@ -162,11 +165,58 @@ TEST(MoCatalog, RandomByteFlipsParseOrThrowFormatError) {
   EXPECT_GT(rejected, 0u);
 }
 
+TEST(MoCatalog, StringsOverlappingTheTablesAreRefused) {
+  // Eight entries whose empty strings all end at a zero byte of the header: 16 bytes of strings in
+  // a file without room for them beside the tables (what lets one byte of a file become an entry).
+  std::string bytes = make_mo(std::vector<RawEntry>(8));
+  for (std::size_t slot = 0; slot < 16; ++slot) put32(bytes, 28 + 8 * slot + 4, 20, false);
+  bytes.resize(28 + 16 * 8);
+  EXPECT_NE(error_of<attn::FormatError>([&] { parse_mo(bytes, "o.mo"); })
+                .find("'o.mo': the header, the table entries and the strings of entries 0 to 7 "
+                      "take 172 bytes, more than the file holds (156 bytes)"),
+            std::string::npos);
+}
+
+TEST(MoCatalog, PluralFormsAreBounded) {
+  // Each form costs a std::string: a 50 MB translation of NULs took 2 GB.
+  using namespace std::string_literals;
+  const std::string most(kMaxPluralForms - 1, '\0');  // kMaxPluralForms empty forms
+  const MoCatalog c = parse_mo(make_mo({{"file\0files"s, most}}), "most.mo");
+  ASSERT_EQ(c.entries.size(), 1u);
+  EXPECT_EQ(c.entries[0].msgstr.size(), kMaxPluralForms);
+  const std::string expected =
+      "NUL-separated plural forms, expected at most " + std::to_string(kMaxPluralForms);
+  EXPECT_NE(error_of<attn::FormatError>([&] {
+              parse_mo(make_mo({{"file\0files"s, most + '\0'}}), "more.mo");
+            })
+                .find("'more.mo': translation string 0 holds " +
+                      std::to_string(kMaxPluralForms + 1) + " " + expected),
+            std::string::npos);
+  const std::string flood = make_mo({{"", ""}, {"x", std::string(std::size_t{1} << 20, '\0')}});
+  EXPECT_NE(error_of<attn::FormatError>([&] {
+              parse_mo(flood, "flood.mo");
+            }).find("'flood.mo': translation string 1 holds 1048577 " + expected),
+            std::string::npos);
+}
+
 TEST(MoCatalog, MissingFileIsIOError) {
   EXPECT_NE(error_of<attn::IOError>([] {
               read_mo_file("/nonexistent/x.mo");
-            }).find("'/nonexistent/x.mo'"),
+            }).find("cannot open /nonexistent/x.mo: No such file or directory"),
             std::string::npos);
+}
+
+TEST(MoCatalog, OnlyARegularFileWithinTheCapIsRead) {
+  // A directory named x.mo threw std::ios_base::failure without the path, past the callers' catch
+  // of attn::Error; a FIFO hung the reader; a link to /dev/zero was read until std::bad_alloc.
+  const fs::path dir = temp_dir("mo_files");
+  write_file(dir / "good.mo", make_mo(sample_entries()));
+  EXPECT_EQ(read_mo_file((dir / "good.mo").string()).entries.size(), 4u);
+  for (const auto& [path, why] : unreadable_paths(dir, kMaxMoBytes, ".mo")) {
+    const std::string& file = path;  // C++17 lambdas cannot capture a structured binding
+    const std::string error = error_of<attn::IOError>([&] { read_mo_file(file); });
+    EXPECT_NE(error.find("cannot read " + path + ": " + why), std::string::npos) << error;
+  }
 }
 
 // ----------------------------------------------------------------------------- gettext corpus
@@ -278,6 +328,28 @@ TEST(GettextCorpus, SplitIsDeterministicAndIndependentOfFileOrder) {
   o.directory = "/nonexistent/locale";
   EXPECT_NE(error_of<attn::IOError>([&] { load_gettext_corpus(o); }).find("/nonexistent/locale"),
             std::string::npos);
+}
+
+TEST(GettextCorpus, AnUnreadableCatalogIsLeftOutAndTheOthersRead) {
+  // One package's broken catalog (or a directory named like one) used to end the whole source.
+  std::vector<RawEntry> a{{"", "Content-Type: text/plain; charset=UTF-8\n"}};
+  for (int i = 0; i < 40; ++i)
+    a.push_back({"open file number " + std::to_string(i), "Datei nummer " + std::to_string(i)});
+  const fs::path d = temp_dir("mo_unreadable");
+  write_file(d / "a.mo", make_mo(a));
+  write_file(d / "broken.mo", make_mo(a).substr(0, 20));
+  fs::create_directories(d / "dir.mo");
+  GettextCorpusOptions o;
+  o.directory = d.string();
+  o.valid_size = o.test_size = 0;
+  GettextCorpusStats st;
+  EXPECT_EQ(load_gettext_corpus(o, &st).train.size(), 40u);
+  EXPECT_EQ(st.files, 1u);
+  ASSERT_EQ(st.unreadable.size(), 2u);
+  std::sort(st.unreadable.begin(), st.unreadable.end());
+  EXPECT_NE(st.unreadable[0].find("broken.mo"), std::string::npos) << st.unreadable[0];
+  EXPECT_EQ(st.unreadable[1], "cannot read " + (d / "dir.mo").string() +
+                                  ": expected a regular file, found a directory");
 }
 
 TEST(GettextCorpus, SystemCatalogs) {
