@@ -7,7 +7,9 @@
 #            run's, at most one checkpoint interval of updates may be lost, and no temporary file
 #            may be left once it has resumed.
 #   SIGTERM: the same, and the run must exit 143 with its last update checkpointed (0 updates
-#            lost), or 0 if it had already finished its updates. Any other exit code is a failure.
+#            lost), or 0 if it had already finished, or 143 by the signal itself once its last
+#            update is done (final averaging and writing: since session 41 a signal then ends the
+#            run at once). Any other exit code is a failure.
 #            A SIGTERM that lands before the handler is installed (while the corpus is read) ends
 #            the run by the default action, exit 143 with nothing written: such trials are counted
 #            apart, not as handled ones.
@@ -22,7 +24,9 @@
 # exit code 0: finished; else update), and then it is sent the signal (and SIGCONT). The counts
 # of the phases the signals landed in are reported per signal.
 # A small model and few steps keep a trial to a few seconds, most of them reading the corpus.
-# Usage: [TRIALS=20] [STEPS=40] [EVERY=2] [KEEP=1] bash scripts/kill_trials.sh [build-dir]
+# The runs average their last AVERAGE checkpoints into model.safetensors (session 41: a signal's
+# checkpoint took an older one's place in the average), so KEEP must be at least AVERAGE.
+# Usage: [TRIALS=20] [STEPS=40] [EVERY=2] [KEEP=2] [AVERAGE=2] bash scripts/kill_trials.sh [build-dir]
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
@@ -32,7 +36,8 @@ bin=$build/examples/translate/attn-translate
 trials=${TRIALS:-20}
 steps=${STEPS:-40}
 every=${EVERY:-2}
-keep=${KEEP:-1}
+keep=${KEEP:-2}
+average=${AVERAGE:-2}
 [ -x "$bin" ] || { echo "build $bin first (cmake --build $build --target attn-translate)" >&2; exit 2; }
 renice -n 19 -p $$ >/dev/null 2>&1 || true  # the trainers and the polling loops inherit it
 work=$(mktemp -d "${TMPDIR:-/tmp}/attn_kill_trials.XXXXXX")
@@ -40,7 +45,7 @@ trap 'rm -rf "$work"' EXIT
 
 args=(train --threads 1 --preset tiny --d-model 32 --d-ff 64 --dropout 0.1 --vocab-size 200
       --max-tokens 256 --max-len 32 --no-eval --svg 0 --log-every 1 --keep "$keep"
-      --steps "$steps" --checkpoint-every "$every")
+      --average "$average" --steps "$steps" --checkpoint-every "$every")
 kinds=(save prune update start)
 
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
@@ -69,7 +74,7 @@ reference_run() {
   ref_ms=$(( $(now_ms) - t0 ))
   train_ms=$(( $(now_ms) - t1 ))
   echo "uninterrupted run: $steps updates in ${ref_ms} ms, ${train_ms} ms of them after the first" \
-       "progress line (built-in corpus, checkpoint every $every, --keep $keep)"
+       "progress line (built-in corpus, checkpoint every $every, --keep $keep, --average $average)"
 }
 
 # Waits for the moment `kind` of the run `pid` writing `dir` and `log`, or for its end. Saves and
@@ -117,6 +122,8 @@ check_exit() {
     handled=$((handled + 1))
   elif [ "$rc" -eq 143 ] && ! has_progress "$log"; then
     early=$((early + 1))  # the default action: nothing was trained, nothing written
+  elif [ "$rc" -eq 143 ] && [ "$(last_logged "$log")" = "$steps" ]; then
+    after_last=$((after_last + 1))  # the default action once the last update is done
   else
     bad=$((bad + 1))
     echo "trial $i: SIGTERM exit code $rc, expected 143 with a checkpoint or 0: $(tail -1 "$log")" >&2
@@ -175,6 +182,7 @@ run_trial() {
 run_trials() {
   local signal=$1
   ok=0 identical=0 within=0 clean=0 restarted=0 worst=0 finished=0 handled=0 early=0 bad=0
+  after_last=0
   declare -gA landed=()
   for i in $(seq 1 "$trials"); do run_trial "$signal" "$i"; done
   local max_lost=$every phases="" p
@@ -186,7 +194,7 @@ run_trials() {
   if [ "$signal" = TERM ]; then
     echo "  exit codes: 143 with the last update checkpointed $handled, 0 (run finished)" \
          "$finished, 143 before the handler was installed (nothing trained or written) $early," \
-         "other $bad"
+         "143 after the last update $after_last, other $bad"
   elif [ "$bad" -gt 0 ]; then
     echo "  exit codes other than 137 or 0: $bad"
   fi

@@ -226,7 +226,9 @@ int run_train(TrainCommand& c, int threads, std::shared_ptr<Replicas>& replicas)
         trainer.step(), "; checkpoint written, continue with train --resume\n");
     return 128 + signal;
   }
-  trainer.finish();
+  // From the final checkpoint on, a signal ends the run at once (train --resume then writes the
+  // model); until then, during the final validation, it waits for that checkpoint.
+  trainer.finish(end_stop_handling);
   if (replicas->rank() != 0) return 0;  // rank 0 writes and reports
   std::cerr << "model written to " << t.model_dir << "/model.safetensors\n";
   if (t.evaluate && !trainer.data().test.empty()) report_test(trainer, t, corpus.showcase, c.show);

@@ -75,10 +75,12 @@ void check_fresh_model_dir(const std::string& dir) {
              "another directory");
 }
 
-void prune_checkpoints(const std::string& dir, int keep) {
-  const auto ckpts = list_checkpoints(dir);
+void prune_checkpoints(const std::string& dir, int keep, std::int64_t resume_step) {
+  std::vector<std::string> counted;
+  for (const auto& [step, path] : list_checkpoints(dir))
+    if (step != resume_step) counted.push_back(path);
   const std::size_t n = static_cast<std::size_t>(std::max(keep, 1));
-  for (std::size_t i = 0; i + n < ckpts.size(); ++i) fs::remove(ckpts[i].second);
+  for (std::size_t i = 0; i + n < counted.size(); ++i) fs::remove(counted[i]);
 }
 
 std::string set_aside_checkpoint(const std::string& path) {

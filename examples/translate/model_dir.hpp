@@ -36,8 +36,11 @@ std::string model_file(const std::string& dir);
 /// its first checkpoint) is nothing to lose, and passes.
 void check_fresh_model_dir(const std::string& dir);
 
-/// Removes all but the newest max(keep, 1) checkpoints of `dir`.
-void prune_checkpoints(const std::string& dir, int keep);
+/// Removes all but the newest max(keep, 1) checkpoints of `dir`, not counting the one of step
+/// `resume_step` (written when a signal stopped the run, there to resume from; -1: none): it never
+/// takes the place of one the run saves on schedule, so that a resumed run keeps, and averages,
+/// the checkpoints an uninterrupted one would have.
+void prune_checkpoints(const std::string& dir, int keep, std::int64_t resume_step = -1);
 
 /// Renames a checkpoint that does not load to `<path>.unloadable` and returns the new name, so
 /// that it no longer counts as a checkpoint: pruning would otherwise keep it as the newest and

@@ -31,6 +31,12 @@ void install_stop_handlers() {
   ::sigaction(SIGTERM, &sa, nullptr);
 }
 
+void end_stop_handling() {
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
+  if (g_stop != 0) ::raise(g_stop);  // one that came after the last update looked for it
+}
+
 int stop_requested() { return g_stop; }
 
 void set_stop_request(int signal) { g_stop = signal; }

@@ -120,6 +120,22 @@ void store_data_position(const DataPosition& p, Metadata& m) {
   m["data.batch"] = std::to_string(p.batch);
 }
 
+void store_log_window(const LogWindowState& w, Metadata& m) {
+  m["log.loss_sum"] = str(w.loss_sum);
+  m["log.updates"] = std::to_string(w.updates);
+}
+
+LogWindowState restore_log_window(const Metadata& m, const std::string& file, Index max_updates) {
+  LogWindowState w;
+  if (!m.count("log.loss_sum") && !m.count("log.updates")) return w;
+  w.loss_sum = parse_number_or_throw<double>(metadata_value(m, "log.loss_sum", file), file,
+                                             "metadata log.loss_sum");
+  ATTN_CHECK(std::isfinite(w.loss_sum) && w.loss_sum >= 0, FormatError, file,
+             ": metadata log.loss_sum = ", w.loss_sum, ", expected a finite sum of losses >= 0");
+  w.updates = bounded<Index>(m, "log.updates", file, 0, max_updates);
+  return w;
+}
+
 void store_data_fingerprint(std::uint64_t fingerprint, Metadata& m) {
   m["data.fingerprint"] = hex16(fingerprint);
 }

