@@ -203,7 +203,15 @@ void for_each_query_block(const AttentionShape& shape, const AttentionMask<T>& m
   const Index rows = std::min(kAttentionQueryBlock, shape.queries);
   RegionErrors errors;  // a scratch too large for memory is a std::bad_alloc for the caller
   const auto prepare = [&](AttentionScratch<T>& scratch) {
-    errors.run([&] { scratch.prepare(rows, shape.keys, backward, drop); });
+    errors.run([&] {
+      scratch.prepare(rows, shape.keys, backward, drop);
+      // The packed head operands the products keep: K^T and V^T [head_dim, S], V and K
+      // [S, head_dim], in panels of up to 32 columns.
+      const auto panels = [](Index cols) { return (cols + 31) / 32 * 32; };
+      if constexpr (std::is_same_v<T, float>)
+        reserve_reused_copies(
+            std::max(shape.head_dim * panels(shape.keys), shape.keys * panels(shape.head_dim)));
+    });
   };
   const auto finish = [&](const AttentionScratch<T>& scratch) {
     if (scratch.tiled > 0)

@@ -99,6 +99,15 @@ inline KeptCopy reused_packing(const StridedMatrix<const float>& b, Index floats
   return {copy.packed.data(), &copy.valid};
 }
 
+/// Grows each of the calling thread's copies to at least `floats` numbers, outside a scope (where
+/// every copy is empty). A parallel region calls it on every thread before its tasks: a thread
+/// that took no task of the largest shape in the first steps (its core held by another process)
+/// allocated in a later step (Allocation.BatchesOfShapesSeenBeforeAllocateNothing, under load).
+inline void reserve_reused_copies(Index floats) {
+  if (reused_b_cache().open_scopes > 0) return;
+  for (ReusedB& copy : reused_b_cache().copies) copy.packed.grow(floats);
+}
+
 /// While one lives on the calling thread, products there whose B is marked reusable
 /// (gemm_packed_order's `reuse_b`) pack it once. When the outermost scope ends, every copy is
 /// marked empty: the next scope may see other data at the same addresses.

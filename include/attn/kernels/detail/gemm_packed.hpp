@@ -197,6 +197,16 @@ void gemm_own_panels(const StridedMatrix<const float>& a, ALayout layout,
                     epi, own_a);
 }
 
+/// Grows the calling thread's buffers to what any task of the product may ask (gemm_block's copy of
+/// C, gemm_own_panels' panels of B), so that every thread of a region has them after its first
+/// products, whichever tasks it took (see reserve_reused_copies).
+template <class Isa>
+void reserve_task_buffers(const StridedMatrix<float>& c, Index K, Index depth,
+                          const GemmTasks<Isa>& tasks) {
+  if (tasks.own_panels > 0) pack_buffer(PackSlot::b, K * tasks.own_panels * Isa::kNR);
+  if (c_rows_alias(c) && K > depth) pack_buffer(PackSlot::c, Isa::kMC * (Isa::kNC + 16));
+}
+
 /// How a product's B is packed when the threads share it: into `packed` (a kept copy, or the
 /// thread's buffer), by `tasks` packing tasks of `group` panels of one depth block each (none when
 /// the kept copy is packed already). `source` is what is packed: B, or all of the larger operand
@@ -318,6 +328,7 @@ void gemm_packed_slice(const StridedMatrix<const float>& a, const StridedMatrix<
       }
       float* own_a = nullptr;
       if (packs_a) errors.run([&] { own_a = pack_buffer(PackSlot::a, kMC * depth); });
+      errors.run([&] { reserve_task_buffers<Isa>(c, K, depth, tasks); });
 #pragma omp for schedule(dynamic, 1)
       for (Index t = 0; t < work_tasks; ++t) errors.run([&] { work_task(t, own_a); });
     }
