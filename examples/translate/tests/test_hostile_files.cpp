@@ -2,8 +2,8 @@
 // model file longer than its header says (read whole before it was refused), a NUL byte that ended
 // the header early, weights whose activations overflow (empty translations, exit 0), and training
 // checkpoints whose Adam moments are not finite, whose step count overflows, or whose options the
-// flags would refuse. The .mo, dictionary and spm.model readers' cases are in test_corpora.cpp and
-// test_batching.cpp.
+// flags would refuse. The .mo, dictionary and spm.model readers' cases are in test_text.cpp,
+// test_corpora.cpp and test_batching.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>
