@@ -72,6 +72,25 @@ inline bool c_rows_alias(const StridedMatrix<float>& c) {
   return c.rows > 1 && c.row_stride > 0 && c.row_stride % 1024 == 0;
 }
 
+/// Whether a product of depth K in blocks `depth` deep computes C's blocks in the copy: C's rows
+/// alias, and there is more than one depth block (one is stored once, in place).
+inline bool computes_c_in_copy(const StridedMatrix<float>& c, Index K, Index depth) {
+  return c_rows_alias(c) && K > depth;
+}
+
+/// The calling thread's copy of a block of C: at most kMC x kNC (GemmTasks), its rows 64 bytes
+/// more than kNC apart.
+template <class Isa>
+CTarget<Isa::kNR> c_copy() {
+  return {pack_buffer(PackSlot::c, Isa::kMC * (Isa::kNC + 16)), Isa::kNC + 16};
+}
+
+/// The calling thread's buffer for `panels` panels of B, K deep (a task's own panels).
+template <class Isa>
+float* own_panels_buffer(Index K, Index panels) {
+  return pack_buffer(PackSlot::b, K * panels * Isa::kNR);
+}
+
 /// A packed once per product and shared by the threads: depth blocks of `depth`, each the panels
 /// of all `rows` (a multiple of kMR) rows, kc x kMR each; block(k0, kc, i0) is where row i0's
 /// panel of the block at k0 starts.
@@ -103,14 +122,10 @@ void gemm_block(const StridedMatrix<const float>& a, ALayout layout, const Packe
                 StridedMatrix<float> c, const CBlock& blk, bool accumulate, const GemmEpilogue& epi,
                 float* own_a, const SharedA& shared_a = {}) {
   constexpr int kNR = Isa::kNR;
-  constexpr Index kMC = Isa::kMC, kNC = Isa::kNC;
   const Index K = a.cols, N = c.cols, i0 = blk.i0, mc = blk.mc;
   const Index j0 = blk.q0 * kNR, cols = std::min<Index>(blk.q1 * kNR, N) - j0;
-  const bool copy = c_rows_alias(c) && K > b.depth;  // one depth block: stored once, in place
-  // A block is at most kMC x kNC (GemmTasks); the copy's rows are 64 bytes more than kNC apart.
-  const CTarget<kNR> target =
-      copy ? CTarget<kNR>{pack_buffer(PackSlot::c, kMC * (kNC + 16)), kNC + 16}
-           : CTarget<kNR>{&c(i0, j0), c.row_stride};
+  const bool copy = computes_c_in_copy(c, K, b.depth);
+  const CTarget<kNR> target = copy ? c_copy<Isa>() : CTarget<kNR>{&c(i0, j0), c.row_stride};
   if (copy && accumulate) copy_block(&c(i0, j0), c.row_stride, target.data, target.ld, mc, cols);
   for (Index k0 = 0; k0 < K; k0 += b.depth) {
     const Index kc = std::min<Index>(b.depth, K - k0);
@@ -189,8 +204,8 @@ void gemm_own_panels(const StridedMatrix<const float>& a, ALayout layout,
                      Index depth, bool accumulate, const GemmEpilogue& epi, float* own_a) {
   constexpr int kNR = Isa::kNR;
   const Index K = a.cols, M = c.rows;
-  const PackedB<kNR> own{pack_buffer(PackSlot::b, K * (blk.q1 - blk.q0) * kNR), K, blk.q1 - blk.q0,
-                         depth, blk.q0};
+  const PackedB<kNR> own{own_panels_buffer<Isa>(K, blk.q1 - blk.q0), K, blk.q1 - blk.q0, depth,
+                         blk.q0};
   for (Index k0 = 0; k0 < K; k0 += depth) pack_b_block<Isa>(b, k0, blk.q0, blk.q1, own);
   for (Index i0 = 0; i0 < M; i0 += Isa::kMC)
     gemm_block<Isa>(a, layout, own, c, {i0, std::min(Isa::kMC, M - i0), blk.q0, blk.q1}, accumulate,
@@ -203,8 +218,8 @@ void gemm_own_panels(const StridedMatrix<const float>& a, ALayout layout,
 template <class Isa>
 void reserve_task_buffers(const StridedMatrix<float>& c, Index K, Index depth,
                           const GemmTasks<Isa>& tasks) {
-  if (tasks.own_panels > 0) pack_buffer(PackSlot::b, K * tasks.own_panels * Isa::kNR);
-  if (c_rows_alias(c) && K > depth) pack_buffer(PackSlot::c, Isa::kMC * (Isa::kNC + 16));
+  if (tasks.own_panels > 0) own_panels_buffer<Isa>(K, tasks.own_panels);
+  if (computes_c_in_copy(c, K, depth)) c_copy<Isa>();
 }
 
 /// How a product's B is packed when the threads share it: into `packed` (a kept copy, or the
