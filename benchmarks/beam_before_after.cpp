@@ -1,6 +1,6 @@
 // Beam-4 decoding of the base model timed against any version of attn's headers, to compare two
-// commits (README, "Beam search, before and after the encoder was shared by the beams"). Not
-// built by CMake; build it once per tree:
+// commits (docs/performance.md, "Beam search, before and after the encoder was shared by the
+// beams"). Not built by CMake; build it once per tree:
 //   git archive f014df9^ include | tar -x -C /tmp/before
 //   g++ -O3 -DNDEBUG -fopenmp -march=native -I/tmp/before/include -isystem /usr/include/eigen3 \
 //     benchmarks/beam_before_after.cpp -o /tmp/bb_before      (and -Iinclude for the current tree)

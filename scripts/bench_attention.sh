@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The attention table of the README: every shape, both kernels, one side after the other (for
-# the interleaved attn / PyTorch ratios use scripts/bench_compare.sh --only mha):
+# The attention table of docs/performance.md ("Attention kernel"): every shape, both kernels, one
+# side after the other (for the interleaved attn / PyTorch ratios use scripts/bench_compare.sh
+# --only mha):
 #   1. bench_attention (naive vs fast attn kernel and the whole MHA block, forward and
 #      forward+backward, 1 and 2 threads, 5 repetitions each with %peak of the FMA peak; and the
 #      fast kernel under a causal mask), built Release with -march=native (ATTN_NATIVE, on by

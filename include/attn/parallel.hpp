@@ -141,11 +141,11 @@ class alignas(64) IndexRange {
 
 /// A loop over [0, n) shared by the threads of a region, for compute-bound work that a static
 /// split leaves unbalanced: the attention's (batch, head) pairs, whose halves measured up to 25%
-/// apart in time (README, "Where the speed comes from"). Thread t starts on the t-th of equal
-/// contiguous shares, walking up in blocks of `grain` indices (what a static schedule gives it);
-/// done with its share, it takes blocks from the back of the share with the most left. So no
-/// thread waits while another has work, and a core taken by another process does not hold up the
-/// loop. Each index runs once, on some thread: results cannot depend on which.
+/// apart in time (docs/performance.md, "Where the speed comes from"). Thread t starts on the t-th
+/// of equal contiguous shares, walking up in blocks of `grain` indices (what a static schedule
+/// gives it); done with its share, it takes blocks from the back of the share with the most left.
+/// So no thread waits while another has work, and a core taken by another process does not hold up
+/// the loop. Each index runs once, on some thread: results cannot depend on which.
 class StealingLoop {
  public:
   static constexpr int kMaxThreads = 64;
