@@ -194,6 +194,18 @@ TEST(BeamSearch, SameHypothesesAsTheAlgorithmItReplaced) {
   EXPECT_GT(differing_from_greedy, 0);
 }
 
+/// The oracle's hypotheses but for the one behaviour fixed since it was written: a sentence whose
+/// output limit is 0 (only padding, no extra length) gets no token, whatever the batch; it got one
+/// next to a longer sentence (session 42, ApiEdges.ASentenceWithAnOutputLimitOfZeroGetsNoToken).
+std::vector<std::vector<TokenId>> expected_beams(Transformer<float>& m, const Tensor<TokenId>& src,
+                                                 const DecodeOptions& o) {
+  std::vector<std::vector<TokenId>> out = reference_beam_search(m, src, o);
+  const std::vector<Index> len = detail::source_lengths(src, m.config().pad_id);
+  for (std::size_t b = 0; b < out.size(); ++b)
+    if (len[b] + o.max_extra_length == 0) out[b].clear();
+  return out;
+}
+
 TEST(BeamSearch, OneSentenceAndSentencesOfOnlyPadding) {
   Transformer<float>& m = trained_model();
   Tensor<TokenId> one = Tensor<TokenId>::full({1, 5}, testing::kPad);
@@ -206,8 +218,7 @@ TEST(BeamSearch, OneSentenceAndSentencesOfOnlyPadding) {
     for (Index extra : {0, 3}) {
       const DecodeOptions o = task_options(beam, extra);
       EXPECT_EQ(beam_search(m, one, o), reference_beam_search(m, one, o)) << beam << " " << extra;
-      EXPECT_EQ(beam_search(m, padded, o), reference_beam_search(m, padded, o))
-          << beam << " " << extra;
+      EXPECT_EQ(beam_search(m, padded, o), expected_beams(m, padded, o)) << beam << " " << extra;
     }
   }
 }

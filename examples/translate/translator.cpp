@@ -68,7 +68,8 @@ std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
   dec.beam_size = options.beam;
   dec.length_penalty = options.alpha;
   dec.max_extra_length = options.max_extra_length;
-  dec.validate(model.config().tgt_vocab);  // before any work, and also when every line is empty
+  dec.validate(model.config().tgt_vocab,
+               model.config().pad_id);  // before any work, and also when every line is empty
   const TokenId pad = model.config().pad_id;
   for (std::size_t begin = 0; begin < order.size();
        begin += static_cast<std::size_t>(options.batch_size)) {

@@ -6,6 +6,8 @@
 // and throws attn::InternalError when ATTN_ASSERT_THROWS is defined (the tests do this).
 #pragma once
 
+#include <cmath>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -75,6 +77,13 @@ std::string concat(Args&&... args) {
   std::ostringstream out;
   (out << ... << std::forward<Args>(args));
   return out.str();
+}
+
+/// Whether `v` is finite and within the range of T, so that converting it to T (undefined beyond
+/// that range) gives a finite number: a float parameter's settings are checked in double.
+template <class T>
+bool fits_in(double v) {
+  return std::isfinite(v) && std::fabs(v) <= static_cast<double>(std::numeric_limits<T>::max());
 }
 
 }  // namespace detail

@@ -32,7 +32,8 @@ class KeyPaddingMask {
 
   /// Row b has lengths[b] real keys at positions [0, lengths[b]) of `max_len`; the rest is padding.
   static KeyPaddingMask from_lengths(const std::vector<Index>& lengths, Index max_len) {
-    KeyPaddingMask m(static_cast<Index>(lengths.size()), max_len);
+    ATTN_CHECK(max_len >= 0, ShapeError, "KeyPaddingMask: max_len must be >= 0, got ", max_len);
+    KeyPaddingMask m(Shape{static_cast<Index>(lengths.size()), max_len});
     for (std::size_t b = 0; b < lengths.size(); ++b) {
       ATTN_CHECK(lengths[b] >= 0 && lengths[b] <= max_len, ShapeError, "KeyPaddingMask: length ",
                  lengths[b], " of batch row ", b, " outside [0, ", max_len, "]");
@@ -57,9 +58,12 @@ class KeyPaddingMask {
       real_[static_cast<std::size_t>(i)] = ids.data()[i] != pad_id;
     batch_ = ids.size(0);
     length_ = ids.size(1);
+    given_ = true;
   }
 
-  bool empty() const { return real_.empty() && batch_ == 0; }
+  /// True for the default mask (every key real); a mask made for B = 0 rows is not empty, and
+  /// fits only attention of 0 rows.
+  bool empty() const { return !given_; }
   Index batch() const { return batch_; }
   Index length() const { return length_; }
   /// True when key s of batch row b is a real token.
@@ -72,12 +76,16 @@ class KeyPaddingMask {
   }
 
  private:
-  KeyPaddingMask(Index batch, Index length)
-      : real_(static_cast<std::size_t>(batch * length), 0), batch_(batch), length_(length) {}
+  explicit KeyPaddingMask(const Shape& shape)  // [B, S]: its numel cannot overflow
+      : real_(static_cast<std::size_t>(shape.numel()), 0),
+        batch_(shape[0]),
+        length_(shape[1]),
+        given_(true) {}
 
   std::vector<std::uint8_t> real_;  // [B, S], 1 = real token
   Index batch_ = 0;
   Index length_ = 0;
+  bool given_ = false;  // false: the default mask
 };
 
 /// A [T, S] bias added to the scaled attention logits; -infinity blocks a position.

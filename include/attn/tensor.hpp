@@ -225,20 +225,29 @@ class Tensor {
     return reshape(std::vector<Index>(dims));
   }
   Tensor reshape(std::vector<Index> dims) const {
-    Index known = 1;
+    const auto requested = [&] {
+      std::string r;
+      for (std::size_t i = 0; i < dims.size(); ++i) r += (i ? ", " : "") + std::to_string(dims[i]);
+      return "[" + r + "]";
+    };
+    Index known = 1;  // the product of the other extents; overflow is Shape's error below
+    bool overflow = false;
     int infer = -1;
     for (std::size_t i = 0; i < dims.size(); ++i) {
       if (dims[i] == -1) {
-        ATTN_CHECK(infer < 0, ShapeError, "reshape: at most one extent may be -1");
+        ATTN_CHECK(infer < 0, ShapeError, "reshape: at most one extent may be -1, got ",
+                   requested());
         infer = static_cast<int>(i);
       } else {
-        known *= dims[i];
+        ATTN_CHECK(dims[i] >= 0, ShapeError, "reshape: extents must be >= 0 (or one -1), got ",
+                   requested());
+        overflow = overflow || __builtin_mul_overflow(known, dims[i], &known);
       }
     }
     if (infer >= 0) {
-      ATTN_CHECK(known > 0 && numel() % known == 0, ShapeError,
-                 "reshape: cannot infer an extent for ", numel(), " elements from ",
-                 Shape(std::vector<Index>(dims.size(), 1)).str());
+      ATTN_CHECK(!overflow && known > 0 && numel() % known == 0, ShapeError,
+                 "reshape: cannot view shape ", shape_, " (", numel(), " elements) as ",
+                 requested());
       dims[static_cast<std::size_t>(infer)] = numel() / known;
     }
     Shape s(dims);

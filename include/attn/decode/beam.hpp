@@ -32,7 +32,7 @@ class BeamState {
  public:
   /// limits[b]: the most tokens sentence b may output (its source length + max_extra_length).
   BeamState(std::vector<Index> limits, const DecodeOptions& opts, Index vocab)
-      : opts_(opts),
+      : opts_(validated(opts, vocab)),
         B_(static_cast<Index>(limits.size())),
         W_(opts.beam_size),
         V_(vocab),
@@ -46,8 +46,13 @@ class BeamState {
         cand_score_(static_cast<std::size_t>(W_ * V_)),
         finished_(static_cast<std::size_t>(B_)),
         done_(static_cast<std::size_t>(B_), false) {
-    for (Index b = 0; b < B_; ++b)
+    for (Index b = 0; b < B_; ++b) {
+      const Index limit = limits_[static_cast<std::size_t>(b)];
+      ATTN_CHECK(limit >= 0, ConfigError, "BeamState: the output limit of sentence ", b,
+                 " must be >= 0, got ", limit);
       scores_[static_cast<std::size_t>(b * W_)] = 0.0;  // one live beam
+      done_[static_cast<std::size_t>(b)] = limit == 0;  // nothing to decode: no token at all
+    }
   }
 
   Index rows() const { return B_ * W_; }
@@ -106,6 +111,11 @@ class BeamState {
     double score;  // log P / lp
   };
   static constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+  static const DecodeOptions& validated(const DecodeOptions& opts, Index vocab) {
+    opts.validate(vocab);  // before beam_size and vocab size the buffers below
+    return opts;
+  }
 
   std::size_t rows_u() const { return static_cast<std::size_t>(B_ * W_); }
   std::size_t at(Index b, Index w) const { return static_cast<std::size_t>(b * W_ + w); }

@@ -42,7 +42,7 @@ template <class T>
 std::vector<std::vector<TokenId>> beam_search(Transformer<T>& model, const Tensor<TokenId>& src,
                                               const DecodeOptions& opts = {}) {
   const Index V = model.config().tgt_vocab;
-  opts.validate(V);
+  opts.validate(V, model.config().pad_id);
   detail::EvalGuard<T> guard(model);
   const Index B = src.size(0), W = opts.beam_size;
   std::vector<Index> limits = detail::output_limits(src, model.config().pad_id, opts);

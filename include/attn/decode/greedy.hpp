@@ -16,7 +16,7 @@ template <class T>
 std::vector<std::vector<TokenId>> greedy_decode(Transformer<T>& model, const Tensor<TokenId>& src,
                                                 const DecodeOptions& opts = {}) {
   const Index V = model.config().tgt_vocab;
-  opts.validate(V);
+  opts.validate(V, model.config().pad_id);
   detail::EvalGuard<T> guard(model);
   const Index B = src.size(0);
   const std::vector<Index> src_len = detail::source_lengths(src, model.config().pad_id);
@@ -27,6 +27,9 @@ std::vector<std::vector<TokenId>> greedy_decode(Transformer<T>& model, const Ten
 
   std::vector<std::vector<TokenId>> out(static_cast<std::size_t>(B));
   std::vector<bool> done(static_cast<std::size_t>(B), false);
+  for (Index b = 0; b < B; ++b)  // a limit of 0 tokens (an all-padding source, no extra length)
+    done[static_cast<std::size_t>(b)] =
+        src_len[static_cast<std::size_t>(b)] + opts.max_extra_length == 0;
   Tensor<TokenId> tokens = Tensor<TokenId>::full({B, 1}, opts.bos);
   for (Index t = 0; t < max_len; ++t) {
     const Tensor<T>& logits = model.decode_step(tokens, t, memory, cache);  // [B, 1, V]

@@ -36,6 +36,14 @@ struct DecodeOptions {
     ATTN_CHECK(std::isfinite(length_penalty) && length_penalty >= 0, ConfigError,
                "decode: length_penalty must be finite and >= 0, got ", length_penalty);
   }
+  /// As validate(vocab), for a model whose padding id is `pad_id`: a BOS equal to it would be
+  /// attended while decoding but masked by the model's forward(), which then scores another model.
+  void validate(Index vocab, TokenId pad_id) const {
+    validate(vocab);
+    ATTN_CHECK(bos != pad_id, ConfigError, "decode: bos (", bos,
+               ") must not be the model's padding id (", pad_id,
+               "): forward() masks the padding token as a key, decoding would attend it");
+  }
 };
 
 namespace detail {

@@ -289,6 +289,18 @@ void gemm_packed_order(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, boo
   gemm_eigen(c, a, b.topLeftCorner(a.cols(), c.cols()), accumulate);
 }
 
+/// ShapeError if the output c of kernels::gemm shares an element with its input x (`name`). An
+/// expression without direct access (a sum, a scaled product) is evaluated before c is written.
+template <class Dst, class Src>
+void check_output_apart(Dst& c, const Src& x, const char* name) {
+  const auto cv = strided_view(c);
+  const auto xv = strided_view(x);
+  if (!cv || !xv) return;
+  ATTN_CHECK(!share_an_element(*cv, *xv), ShapeError,
+             "kernels::gemm: the output c shares memory with the input ", name,
+             "; c is written while ", name, " is read");
+}
+
 }  // namespace detail
 
 /// While one lives on the calling thread, products there whose b is a weight (gemm's `constant_b`,
@@ -312,13 +324,20 @@ class ConstantWeightsScope {
 };
 
 /// c (=, or += when accumulate) a * b, then the epilogue (bias added to every row, ReLU), for
-/// Eigen expressions a [M, K] and b [K, N] and a writable block c [M, N]. `constant_b` says b is a
-/// weight, unchanged while a ConstantWeightsScope is open.
+/// Eigen expressions a [M, K] and b [K, N] and a writable block c [M, N] that shares no element
+/// with a or b (ShapeError: c is written while they are read). `constant_b` says b is a weight,
+/// unchanged while a ConstantWeightsScope is open.
 template <class Dst, class Lhs, class Rhs, class T = typename std::decay_t<Dst>::Scalar>
 void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T>& epi = {},
           bool constant_b = false) {
-  ATTN_ASSERT(a.rows() == c.rows() && b.cols() == c.cols() && a.cols() == b.rows());
-  ATTN_ASSERT(epi.gate == nullptr || (epi.bias == nullptr && !epi.relu && epi.dropout == 0));
+  ATTN_CHECK(a.rows() == c.rows() && b.cols() == c.cols() && a.cols() == b.rows(), ShapeError,
+             "kernels::gemm: expected a [M, K], b [K, N] and c [M, N], got a [", a.rows(), ", ",
+             a.cols(), "], b [", b.rows(), ", ", b.cols(), "] and c [", c.rows(), ", ", c.cols(),
+             "]");
+  ATTN_CHECK(epi.gate == nullptr || (epi.bias == nullptr && !epi.relu && epi.dropout == 0),
+             ConfigError, "kernels::gemm: an epilogue with a gate takes no bias, ReLU or dropout");
+  detail::check_output_apart(c, a, "a");
+  detail::check_output_apart(c, b, "b");
   const auto lifetime = constant_b ? detail::BLifetime::weight : detail::BLifetime::product;
   if (detail::try_gemm_own(c, a, b, accumulate, epi, lifetime)) return;
   detail::gemm_eigen(c, a, b, accumulate);

@@ -70,6 +70,8 @@ struct DecoderCache {
   std::vector<DecoderLayerCache<T>> layers;
 
   void allocate(Index num_layers, Index batch, Index max_len, Index d_model) {
+    ATTN_CHECK(num_layers >= 0, ShapeError, "DecoderCache: num_layers must be >= 0, got ",
+               num_layers);
     layers.resize(static_cast<std::size_t>(num_layers));
     for (auto& l : layers) l.allocate(batch, max_len, d_model);
   }

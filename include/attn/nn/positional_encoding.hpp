@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "attn/nn/layer_options.hpp"  // ConfigLimits
 #include "attn/nn/module.hpp"
 
 namespace attn {
@@ -35,9 +36,11 @@ class SinusoidalPositionalEncoding : public Module<T> {
   /// x [B, L, D] -> y [B, L, D] = x + PE[start : start + L].
   const Tensor<T>& forward(const Tensor<T>& x, Index start = 0) {
     detail::check_positional_input(x, d_, "SinusoidalPositionalEncoding");
+    const Index B = x.size(0), L = x.size(1);
     ATTN_CHECK(start >= 0, IndexError, "SinusoidalPositionalEncoding: start must be >= 0, got ",
                start);
-    const Index B = x.size(0), L = x.size(1);
+    ATTN_CHECK(start <= kMaxLength - L, IndexError, "SinusoidalPositionalEncoding: ", L,
+               " positions from ", start, " go past the ", kMaxLength, " it tabulates");
     ensure(start + L);
     y_.resize(x.shape());
     const auto pe = cache_.matrix().middleRows(start, L);
@@ -56,12 +59,16 @@ class SinusoidalPositionalEncoding : public Module<T> {
 
   /// PE[0 : length] as a [length, D] view of the cache (grown if needed).
   const Tensor<T>& table(Index length) {
-    ATTN_CHECK(length >= 0, IndexError, "SinusoidalPositionalEncoding: length must be >= 0, got ",
+    ATTN_CHECK(length >= 0 && length <= kMaxLength, IndexError,
+               "SinusoidalPositionalEncoding: length must be in [0, ", kMaxLength, "], got ",
                length);
     ensure(length);
     table_view_ = cache_.slice(0, length);
     return table_view_;
   }
+
+  /// The most positions tabulated: as many as a model's learned positions may have.
+  static constexpr Index kMaxLength = ConfigLimits::kMaxPositions;
 
   /// Rows the cache currently holds.
   Index cached_length() const { return cache_.rank() == 2 ? cache_.size(0) : 0; }
@@ -74,7 +81,7 @@ class SinusoidalPositionalEncoding : public Module<T> {
   void ensure(Index length) {
     const Index have = cached_length();
     if (length <= have) return;
-    const Index rows = std::max(length, 2 * have);
+    const Index rows = std::min(std::max(length, 2 * have), kMaxLength);
     // 10000^(2i / D) per column, once per growth rather than once per element.
     std::vector<double> denom(static_cast<std::size_t>(d_));
     for (Index j = 0; j < d_; ++j)

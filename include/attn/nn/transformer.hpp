@@ -187,6 +187,12 @@ class Transformer : public Module<T> {
                                const Tensor<T>& memory, DecoderCache<T>& cache) {
     ATTN_CHECK(tokens.rank() == 2 && tokens.size(1) == 1, ShapeError,
                "Transformer::decode_step: expected tokens [B, 1], got ", tokens.shape());
+    // The step's key and value go to the cache's next slot: any other position gave its token a
+    // position its key does not have (and a huge one grew the positional table until memory ran
+    // out, or overflowed).
+    ATTN_CHECK(position == cache.length(), IndexError, "Transformer::decode_step: position ",
+               position, " is not the cache's next position, ", cache.length(),
+               " (steps decode positions 0, 1, 2, ... in order)");
     scoring_ = false;
     const Tensor<T>& e = tgt_embed.forward(tokens);
     const Tensor<T>& y = tgt_pos_ ? tgt_pos_->forward(e, position) : tgt_pe_.forward(e, position);

@@ -43,9 +43,10 @@ class Adam {
                "Adam: beta1 must be in [0, 1), got ", opt_.beta1);
     ATTN_CHECK(opt_.beta2 >= 0 && opt_.beta2 < 1, ConfigError,
                "Adam: beta2 must be in [0, 1), got ", opt_.beta2);
-    ATTN_CHECK(opt_.eps > 0, ConfigError, "Adam: eps must be > 0, got ", opt_.eps);
-    ATTN_CHECK(opt_.weight_decay >= 0, ConfigError, "Adam: weight_decay must be >= 0, got ",
-               opt_.weight_decay);
+    ATTN_CHECK(opt_.eps > 0 && detail::fits_in<T>(opt_.eps) && static_cast<T>(opt_.eps) > 0,
+               ConfigError, "Adam: eps must be > 0 in the parameters' type, got ", opt_.eps);
+    ATTN_CHECK(opt_.weight_decay >= 0 && detail::fits_in<T>(opt_.weight_decay), ConfigError,
+               "Adam: weight_decay must be finite and >= 0, got ", opt_.weight_decay);
     std::unordered_map<std::string, int> seen;
     for (const auto& p : params_) {
       ATTN_CHECK(seen.emplace(p.name, 0).second, ConfigError, "Adam: parameter name '", p.name,
@@ -61,14 +62,17 @@ class Adam {
   void step(double lr) {
     ATTN_CHECK(std::isfinite(lr) && lr >= 0, ConfigError, "Adam: lr must be finite and >= 0, got ",
                lr);
+    const double t = static_cast<double>(steps_ + 1);
+    const double step_size = lr / (1 - std::pow(opt_.beta1, t));
+    ATTN_CHECK(detail::fits_in<T>(step_size), ConfigError, "Adam: lr ", lr, " gives step ", t,
+               " a step size of ", step_size, ", beyond the range of the parameters' type");
     ++steps_;
-    const double t = static_cast<double>(steps_);
     kernels::AdamCoefficients<T> c;
     c.beta1 = static_cast<T>(opt_.beta1);
     c.beta2 = static_cast<T>(opt_.beta2);
     c.one_minus_beta1 = static_cast<T>(1 - opt_.beta1);
     c.one_minus_beta2 = static_cast<T>(1 - opt_.beta2);
-    c.step_size = static_cast<T>(lr / (1 - std::pow(opt_.beta1, t)));
+    c.step_size = static_cast<T>(step_size);
     c.bias_correction2_sqrt = static_cast<T>(std::sqrt(1 - std::pow(opt_.beta2, t)));
     c.eps = static_cast<T>(opt_.eps);
     c.weight_decay = static_cast<T>(opt_.weight_decay);

@@ -56,7 +56,9 @@ inline void check_same_metadata(const std::map<std::string, std::string>& want,
 /// keys that start with one of `same_metadata` (e.g. "config.") must be present with the same
 /// values in every file, or absent from all: checkpoints of two models whose tensors have the same
 /// shapes would otherwise average into nonsense without a word. FormatError names the file and
-/// the first key that differs.
+/// the first key that differs. Values are taken as they are, as load_model and PyTorch's
+/// load_state_dict take them: a NaN or infinite weight in a file is in the average (call
+/// check_finite_parameters, model_file.hpp, to refuse one; attn-translate does).
 template <class T>
 void average_checkpoints(const std::vector<std::string>& paths,
                          const std::vector<NamedParameter<T>>& params, const LoadOptions& opt = {},

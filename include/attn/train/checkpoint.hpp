@@ -137,7 +137,9 @@ void save_model(const std::string& path, const Module<T>& model,
 
 /// Loads every parameter from `path`, after checking that the file holds each of them with the
 /// same dtype and shape and no other tensor (unless `opt` allows it); FormatError names the
-/// tensor otherwise, and nothing is modified. Returns the file's metadata.
+/// tensor otherwise, and nothing is modified. Returns the file's metadata. Values are taken as they
+/// are, as PyTorch's load_state_dict takes them: check_finite_parameters (model_file.hpp) refuses
+/// a NaN or infinite weight.
 template <class T>
 std::map<std::string, std::string> load_model(const SafetensorsFile& file,
                                               const std::vector<NamedParameter<T>>& params,

@@ -30,8 +30,8 @@ double grad_norm(const std::vector<NamedParameter<T>>& params) {
 /// Multiplies every gradient by `factor`.
 template <class T>
 void scale_gradients(const std::vector<NamedParameter<T>>& params, double factor) {
-  ATTN_CHECK(std::isfinite(factor), NumericError, "scale_gradients: factor must be finite, got ",
-             factor);
+  ATTN_CHECK(detail::fits_in<T>(factor), NumericError,
+             "scale_gradients: factor must be finite in the gradients' type, got ", factor);
   for (auto p : params) p.grad.vector() *= static_cast<T>(factor);
 }
 

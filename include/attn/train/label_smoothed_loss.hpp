@@ -110,9 +110,9 @@ class LabelSmoothedCrossEntropy {
     const Shape expected(logits.shape().begin(), logits.shape().end() - 1);
     ATTN_CHECK(targets.shape() == expected, ShapeError, "LabelSmoothedCrossEntropy: logits ",
                logits.shape(), " need targets of shape ", expected, ", got ", targets.shape());
-    ATTN_CHECK(std::isfinite(grad_scale), NumericError,
-               "LabelSmoothedCrossEntropy: grad_scale must be finite, got ", grad_scale,
-               where(step));
+    ATTN_CHECK(detail::fits_in<T>(grad_scale), NumericError,
+               "LabelSmoothedCrossEntropy: grad_scale must be finite in the logits' type, got ",
+               grad_scale, where(step));
     const Index N = targets.numel();
     LossStats stats;
     for (Index i = 0; i < N; ++i) {

@@ -206,11 +206,10 @@ void for_each_query_block(const AttentionShape& shape, const AttentionMask<T>& m
     errors.run([&] {
       scratch.prepare(rows, shape.keys, backward, drop);
       // The packed head operands the products keep: K^T and V^T [head_dim, S], V and K
-      // [S, head_dim], in panels of up to 32 columns.
-      const auto panels = [](Index cols) { return (cols + 31) / 32 * 32; };
+      // [S, head_dim], in panels of whichever kernel runs.
       if constexpr (std::is_same_v<T, float>)
-        reserve_reused_copies(
-            std::max(shape.head_dim * panels(shape.keys), shape.keys * panels(shape.head_dim)));
+        reserve_reused_copies(std::max(shape.head_dim * packed_width(shape.keys),
+                                       shape.keys * packed_width(shape.head_dim)));
     });
   };
   const auto finish = [&](const AttentionScratch<T>& scratch) {

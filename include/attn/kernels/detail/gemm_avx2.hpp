@@ -24,8 +24,9 @@ namespace attn::kernels::detail {
 
 namespace avx2 {
 
-inline constexpr int kMR = 6;       // rows of the register tile
-inline constexpr int kNR = 16;      // columns of the register tile: two ymm vectors
+inline constexpr int kMR = 6;   // rows of the register tile
+inline constexpr int kNR = 16;  // columns of the register tile: two ymm vectors
+static_assert(kNR <= kWidestNR, "gemm_operand.hpp's kWidestNR bounds every kernel's panels");
 inline constexpr Index kMC = 96;    // rows of A per thread's block (16 panels)
 inline constexpr Index kNC = 1024;  // columns of C per task at most
 // Depth of a packed block (but see depth_block): a B panel is then 32 KiB, all of Zen 3's L1, yet

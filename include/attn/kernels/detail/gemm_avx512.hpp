@@ -40,8 +40,9 @@ namespace attn::kernels::detail {
 
 namespace avx512 {
 
-inline constexpr int kMR = 12;      // rows of the register tile
-inline constexpr int kNR = 32;      // columns of the register tile: two zmm vectors
+inline constexpr int kMR = 12;  // rows of the register tile
+inline constexpr int kNR = 32;  // columns of the register tile: two zmm vectors
+static_assert(kNR <= kWidestNR, "gemm_operand.hpp's kWidestNR bounds every kernel's panels");
 inline constexpr Index kMC = 96;    // rows of A per thread's block (8 panels, 96 KiB packed: L2)
 inline constexpr Index kNC = 1024;  // columns of C per task at most (B block kKC x kNC: 1 MiB)
 inline constexpr Index kKC = 256;   // depth of a packed block (but see depth_block)

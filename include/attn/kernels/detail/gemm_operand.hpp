@@ -5,6 +5,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <cstdint>
 #include <optional>
 #include <type_traits>
 
@@ -18,6 +19,13 @@ template <class T>
 T gated(T c, T g, T scale) {
   return g > T(0) ? c * scale : T(0);
 }
+
+/// The widest register tile of any kernel, in columns (AVX-512's kNR; each kernel asserts it is no
+/// wider): a packed B [K, N] takes at most K * packed_width(N) floats, whichever kernel runs.
+inline constexpr int kWidestNR = 32;
+
+/// Columns of a packed operand of `cols` columns in panels of kWidestNR, the last padded.
+inline Index packed_width(Index cols) { return (cols + kWidestNR - 1) / kWidestNR * kWidestNR; }
 
 /// How long a product's B stays as it is, which decides whether its packed form is kept:
 ///   product: this product only (packed into the thread's buffer, as every B by default);
@@ -74,6 +82,36 @@ auto strided_view(Xpr&& x) {
                                x.colStride()};
   }
   return view;
+}
+
+/// Whether x and y share an element. Views of one row-major buffer with the same row stride and
+/// unit column strides (column blocks of one activation matrix, as Q, K and V are of the fused
+/// projection's output) share one only if both their rows and their columns meet; other views, if
+/// their address ranges meet.
+template <class T, class U>
+bool share_an_element(const StridedMatrix<T>& x, const StridedMatrix<U>& y) {
+  static_assert(sizeof(T) == sizeof(U), "views of one element type");
+  if (x.rows == 0 || x.cols == 0 || y.rows == 0 || y.cols == 0) return false;
+  const auto first = [](const auto& m) { return reinterpret_cast<std::uintptr_t>(m.data); };
+  const auto last = [](const auto& m) {
+    return reinterpret_cast<std::uintptr_t>(&m(m.rows - 1, m.cols - 1));
+  };
+  if (last(x) < first(y) || last(y) < first(x)) return false;
+  const Index rs = x.row_stride;
+  const bool blocks =
+      x.col_stride == 1 && y.col_stride == 1 && y.row_stride == rs && rs >= x.cols && rs >= y.cols;
+  const bool y_later = first(y) >= first(x);
+  const std::uintptr_t bytes = y_later ? first(y) - first(x) : first(x) - first(y);
+  if (!blocks || bytes % sizeof(T) != 0) return true;
+  // The later view's (i, k) is the earlier one's (i + r, q + k), or (i + r + 1, q + k - rs) past
+  // the end of a row.
+  const Index d = static_cast<Index>(bytes / sizeof(T)), r = d / rs, q = d % rs;
+  const Index early_rows = y_later ? x.rows : y.rows, early_cols = y_later ? x.cols : y.cols;
+  const Index late_rows = y_later ? y.rows : x.rows, late_cols = y_later ? y.cols : x.cols;
+  const auto meet = [](Index a0, Index a1, Index b0, Index b1) { return a0 < b1 && b0 < a1; };
+  return (meet(q, q + late_cols, 0, early_cols) && meet(r, r + late_rows, 0, early_rows)) ||
+         (meet(q, q + late_cols, rs, rs + early_cols) &&
+          meet(r + 1, r + 1 + late_rows, 0, early_rows));
 }
 
 }  // namespace attn::kernels::detail

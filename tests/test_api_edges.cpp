@@ -1,0 +1,173 @@
+// The library's API at the edges of its domain: the calls a read-only audit (session 42) found to
+// crash, hang, overflow or answer wrongly in silence, each now an attn::Error naming what was
+// expected and what came. Their neighbours that already behaved are in the topic files.
+#include <attn/attn.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "error_helpers.hpp"
+#include "pch.hpp"
+
+namespace attn {
+namespace {
+
+using testing::contains;
+using testing::error_of;
+using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+TEST(ApiEdges, DecodeStepTakesOnlyTheCachesNextPosition) {
+  // A huge position grew the sine table until memory ran out (1e7: 15 s, 2.5 GB), or overflowed
+  // (INT64_MAX: undefined behaviour, then an Eigen assertion); any other position than the
+  // cache's next one gave the token a position its key does not have.
+  Transformer<float> m(TransformerConfig::tiny(10));
+  m.eval();
+  const auto src = Tensor<TokenId>::from({1, 3}, {4, 5, 3});
+  const Tensor<float> memory = m.encode(src).clone();
+  DecoderCache<float> cache = m.make_decoder_cache(1, 4);
+  const auto bos = Tensor<TokenId>::full({1, 1}, 2);
+  for (const Index position : {Index(1), Index(10'000'000), std::numeric_limits<Index>::max()}) {
+    const std::string msg =
+        error_of<IndexError>([&] { m.decode_step(bos, position, memory, cache); });
+    EXPECT_TRUE(contains(
+        msg, "position " + std::to_string(position) + " is not the cache's next position, 0"))
+        << msg;
+  }
+  EXPECT_NO_THROW(m.decode_step(bos, 0, memory, cache));
+  EXPECT_NO_THROW(m.decode_step(bos, 1, memory, cache));
+  SinusoidalPositionalEncoding<float> pe(8);
+  const Tensor<float> x({1, 2, 8});
+  EXPECT_THROW(pe.forward(x, std::numeric_limits<Index>::max()), IndexError);
+  EXPECT_THROW(pe.forward(x, SinusoidalPositionalEncoding<float>::kMaxLength - 1), IndexError);
+  EXPECT_NO_THROW(pe.forward(x, 100));
+  EXPECT_THROW(pe.table(SinusoidalPositionalEncoding<float>::kMaxLength + 1), IndexError);
+}
+
+TEST(ApiEdges, ReshapeChecksItsProductAndNamesBothShapes) {
+  const auto t = Tensor<float>::full({2, 3}, 1.f);
+  const Index big = Index(1) << 40;
+  EXPECT_TRUE(contains(error_of<ShapeError>([&] {
+                         t.reshape({-1, big, big});
+                       }),
+                       "reshape: cannot view shape [2, 3] (6 elements) as [-1, " +
+                           std::to_string(big) + ", " + std::to_string(big) + "]"));
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              t.reshape({-1, 4});
+            }),
+            "reshape: cannot view shape [2, 3] (6 elements) as [-1, 4]");
+  EXPECT_THROW(t.reshape({-2, 3}), ShapeError);
+  EXPECT_THROW(t.reshape({big, big, 0, -1}), ShapeError);  // no extent to infer from 0
+  EXPECT_EQ(t.reshape({3, -1}).shape(), Shape({3, 2}));
+}
+
+TEST(ApiEdges, GemmRefusesSizesThatDoNotMatchAndAnOutputThatIsAnInput) {
+  // Release builds checked the sizes with an assertion only: a wrong product, rows of c left
+  // unwritten, or a heap overflow in the packing. An output that is an input was read while
+  // written (errors up to 158).
+  const Mat a = Mat::Random(64, 64), b = Mat::Random(64, 64);
+  Mat c(64, 64), small(32, 64);
+  EXPECT_EQ(error_of<ShapeError>([&] { kernels::gemm(c, small, b, false); }),
+            "kernels::gemm: expected a [M, K], b [K, N] and c [M, N], got a [32, 64], b [64, 64] "
+            "and c [64, 64]");
+  const Mat wide = Mat::Random(64, 80);
+  EXPECT_THROW(kernels::gemm(c, wide, b, false), ShapeError);
+  Mat d = a;
+  EXPECT_TRUE(contains(error_of<ShapeError>([&] { kernels::gemm(d, d, b, false); }),
+                       "the output c shares memory with the input a"));
+  EXPECT_TRUE(contains(error_of<ShapeError>([&] { kernels::gemm(d, a, d, true); }),
+                       "the output c shares memory with the input b"));
+  // Column blocks of one buffer that share no element, as Q, K and V of the fused projection:
+  // c = columns [0, 64), a = columns [64, 128) and b = columns [128, 192) of the rows below.
+  Mat buffer = Mat::Random(64, 192);
+  const Mat want = buffer.middleCols(64, 64) * buffer.middleCols(128, 64);
+  kernels::gemm(buffer.leftCols(64), buffer.middleCols(64, 64), buffer.middleCols(128, 64), false);
+  EXPECT_LT((buffer.leftCols(64) - want).cwiseAbs().maxCoeff(), 1e-3f);
+  // A block that starts in c's last column and wraps into the next rows does share elements.
+  Mat rows = Mat::Random(64, 64);
+  Eigen::Map<Mat> wrapped(rows.data() + 63, 32, 64);  // the same row stride: a row and one more
+  Mat out(32, 64);
+  EXPECT_NO_THROW(kernels::gemm(out, wrapped, b, false));
+  EXPECT_THROW(kernels::gemm(Eigen::Map<Mat>(rows.data(), 32, 64), wrapped, b, false), ShapeError);
+}
+
+TEST(ApiEdges, AKeyPaddingMaskOfZeroRowsFitsOnlyZeroRows) {
+  // It was taken for the default mask, and every key of every row was attended.
+  MultiHeadAttention<float> mha(4, 2);
+  Rng rng(1);
+  mha.reset_parameters(rng);
+  Tensor<float> x({2, 3, 4});
+  fill_normal(x, rng, 0, 1);
+  for (const KeyPaddingMask& mask : {KeyPaddingMask::from_lengths({}, 3),
+                                     KeyPaddingMask::from_tokens(Tensor<TokenId>({0, 3}), 0)}) {
+    AttentionMask<float> m;
+    m.key_padding = mask;
+    EXPECT_FALSE(mask.empty());
+    EXPECT_TRUE(contains(error_of<ShapeError>([&] { mha.forward_self(x, m); }),
+                         "KeyPaddingMask: expected [B, S] = [2, 3], got [0, 3]"));
+  }
+  EXPECT_TRUE(KeyPaddingMask().empty());
+  // A negative length escaped as std::length_error.
+  EXPECT_EQ(error_of<ShapeError>([] { KeyPaddingMask::from_lengths({1}, -5); }),
+            "KeyPaddingMask: max_len must be >= 0, got -5");
+  EXPECT_THROW(DecoderCache<float>().allocate(-1, 1, 4, 8), ShapeError);
+}
+
+TEST(ApiEdges, DecodingOptionsAreCheckedWhereverTheyEnter) {
+  // BeamState with beam_size 0 wrote through a null pointer; a BOS equal to the padding id
+  // decoded with a model that forward() does not compute (logits 1.8 apart at position 0).
+  DecodeOptions o;
+  o.beam_size = 0;
+  EXPECT_THROW(BeamState({5}, o, 10), ConfigError);
+  EXPECT_THROW(BeamState({-1}, DecodeOptions{}, 10), ConfigError);
+  Transformer<float> m(TransformerConfig::tiny(10));  // pad_id 0
+  const auto src = Tensor<TokenId>::from({1, 3}, {4, 5, 3});
+  o = {};
+  o.bos = 0;
+  for (const bool greedy : {true, false})
+    EXPECT_TRUE(contains(
+        error_of<ConfigError>([&] { greedy ? greedy_decode(m, src, o) : beam_search(m, src, o); }),
+        "decode: bos (0) must not be the model's padding id (0)"));
+}
+
+TEST(ApiEdges, ASentenceWithAnOutputLimitOfZeroGetsNoToken) {
+  // An all-padding source with no extra length decoded to nothing alone, but to one token next to
+  // a longer sentence: the output depended on the batch.
+  Transformer<float> m(TransformerConfig::tiny(10));
+  DecodeOptions o;
+  o.max_extra_length = 0;
+  const auto batch = Tensor<TokenId>::from({2, 3}, {0, 0, 0, 5, 6, 3});
+  for (const bool greedy : {true, false}) {
+    const auto out = greedy ? greedy_decode(m, batch, o) : beam_search(m, batch, o);
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_TRUE(out[0].empty()) << greedy << ": " << out[0].size() << " tokens";
+    EXPECT_LE(out[1].size(), 3u);
+  }
+}
+
+TEST(ApiEdges, FloatSettingsMustFitTheParametersType) {
+  // Checked in double, used in float: NaN or infinite weights, gradients and outputs in silence.
+  Parameter<float> p;
+  p.allocate({4});
+  const std::vector<NamedParameter<float>> params{{"w", p.value, p.grad}};
+  AdamOptions o;
+  o.eps = 1e-50;  // 0 in float
+  EXPECT_THROW(Adam<float>(params, o), ConfigError);
+  o = {};
+  o.weight_decay = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(Adam<float>(params, o), ConfigError);
+  Adam<float> adam(params);
+  EXPECT_TRUE(contains(error_of<ConfigError>([&] { adam.step(1e39); }),
+                       "beyond the range of the parameters' type"));
+  EXPECT_EQ(adam.steps(), 0);  // the refused step counts for nothing
+  EXPECT_THROW(LayerNorm<float>(4, 1e-50), ConfigError);
+  EXPECT_NO_THROW(LayerNorm<double>(4, 1e-50));
+  LabelSmoothedCrossEntropy<float> loss(0.1, 0);
+  EXPECT_THROW(
+      loss.forward_backward(Tensor<float>({2, 5}), Tensor<TokenId>::from({2}, {1, 2}), 1e300),
+      NumericError);
+  EXPECT_THROW(scale_gradients<float>(params, 1e300), NumericError);
+  EXPECT_NO_THROW(scale_gradients<double>({}, 1e300));
+}
+
+}  // namespace
+}  // namespace attn
