@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <sstream>
@@ -53,9 +54,9 @@ std::string describe(const VocabFingerprint& f) {
   return detail::concat("size ", f.size, ", spm.model hash ", hex16(f.hash));
 }
 
-// The protobuf wire format, as far as the check below reads it: a message is a sequence of fields,
-// each a varint key (field number << 3 | wire type) and a value: a varint (type 0), 8 bytes (1),
-// a varint length and that many bytes (2), or 4 bytes (5).
+// The protobuf wire format, as far as the code below reads and writes it: a message is a sequence
+// of fields, each a varint key (field number << 3 | wire type) and a value: a varint (type 0), 8
+// bytes (1), a varint length and that many bytes (2), or 4 bytes (5).
 bool read_varint(std::string_view& in, std::uint64_t& value) {
   value = 0;
   for (int shift = 0; shift < 64 && !in.empty(); shift += 7) {
@@ -67,29 +68,84 @@ bool read_varint(std::string_view& in, std::uint64_t& value) {
   return false;
 }
 
+void append_varint(std::string& out, std::uint64_t value) {
+  for (; value >= 0x80u; value >>= 7) out += static_cast<char>((value & 0x7fu) | 0x80u);
+  out += static_cast<char>(value);
+}
+
+/// One field of a message: its number, its wire type, its value if length-delimited (type 2), and
+/// all of its bytes, key included.
+struct WireField {
+  std::uint64_t number = 0, type = 0;
+  std::string_view value, bytes;
+};
+
+/// Calls visit(field) for each field of `message` in order, while it returns true. False if the
+/// message is not well-formed wire format or a visit returned false.
+template <class Visit>
+bool for_each_field(std::string_view message, Visit visit) {
+  while (!message.empty()) {
+    const std::string_view start = message;
+    std::uint64_t key = 0, value = 0;
+    // protobuf reads a key as 32 bits and drops any above them: a key padded past them would
+    // name another field here than there, and hide the map from the check below.
+    if (!read_varint(message, key) || key > 0xffffffffu) return false;
+    WireField f{key >> 3, key & 7u, {}, {}};
+    std::size_t skip = f.type == 1 ? 8 : f.type == 5 ? 4 : 0;
+    if (f.type == 0 && !read_varint(message, value)) return false;
+    if (f.type == 2) {
+      if (!read_varint(message, value) || value > message.size()) return false;
+      skip = static_cast<std::size_t>(value);
+      f.value = message.substr(0, skip);
+    }
+    if ((f.type != 0 && f.type != 1 && f.type != 2 && f.type != 5) || skip > message.size())
+      return false;
+    message.remove_prefix(skip);
+    f.bytes = start.substr(0, start.size() - message.size());
+    if (!visit(f)) return false;
+  }
+  return true;
+}
+
 /// The values of the length-delimited fields numbered `field` of `message`, in order; nothing if
 /// the message is not well-formed wire format.
 std::optional<std::vector<std::string_view>> length_delimited_fields(std::string_view message,
                                                                      std::uint64_t field) {
   std::vector<std::string_view> found;
-  while (!message.empty()) {
-    std::uint64_t key = 0, value = 0;
-    // protobuf reads a key as 32 bits and drops any above them: a key padded past them would
-    // name another field here than there, and hide the map from this check.
-    if (!read_varint(message, key) || key > 0xffffffffu) return std::nullopt;
-    const std::uint64_t type = key & 7u;
-    std::size_t skip = type == 1 ? 8 : type == 5 ? 4 : 0;
-    if (type == 0 && !read_varint(message, value)) return std::nullopt;
-    if (type == 2) {
-      if (!read_varint(message, value) || value > message.size()) return std::nullopt;
-      if (key >> 3 == field) found.push_back(message.substr(0, value));
-      skip = static_cast<std::size_t>(value);
-    }
-    if ((type != 0 && type != 1 && type != 2 && type != 5) || skip > message.size())
-      return std::nullopt;
-    message.remove_prefix(skip);
-  }
+  const bool ok = for_each_field(message, [&](const WireField& f) {
+    if (f.type == 2 && f.number == field) found.push_back(f.value);
+    return true;
+  });
+  if (!ok) return std::nullopt;
   return found;
+}
+
+/// The model sentencepiece trained, less the thread count its trainer ran on (ModelProto's
+/// trainer_spec = 2, a TrainerSpec whose num_threads is field 16): a record of how the model was
+/// made that encoding never reads, and that made --threads 1 and 2 write spm.model files, and so
+/// vocabulary hashes in every model file, that differ.
+std::string without_thread_count(const std::string& model) {
+  std::string out;
+  const bool ok = for_each_field(model, [&](const WireField& f) {
+    if (f.number != 2 || f.type != 2) {
+      out += f.bytes;
+      return true;
+    }
+    std::string spec;
+    const bool spec_ok = for_each_field(f.value, [&](const WireField& g) {
+      if (g.number != 16) spec += g.bytes;
+      return true;
+    });
+    append_varint(out, f.number << 3 | f.type);
+    append_varint(out, spec.size());
+    out += spec;
+    return spec_ok;
+  });
+  ATTN_CHECK(ok, DataError,
+             "sentencepiece's trainer returned a model that is not protobuf "
+             "wire format (",
+             model.size(), " bytes)");
+  return out;
 }
 
 // sentencepiece 0.1.97 loads a model's precompiled character maps (ModelProto.normalizer_spec = 3
@@ -165,7 +221,7 @@ SubwordVocab SubwordVocab::train(const std::vector<std::string>& sentences, cons
       // Use every sentence in the given order: no sampling, so training is deterministic.
       {"input_sentence_size", "0"},
       {"shuffle_input_sentence", "false"},
-      {"num_threads", std::to_string(options.num_threads)},
+      {"num_threads", std::to_string(std::clamp(options.num_threads, 1, kMaxBpeThreads))},
       {"minloglevel", "2"},
   };
   VectorIterator it(sentences);
@@ -173,6 +229,7 @@ SubwordVocab SubwordVocab::train(const std::vector<std::string>& sentences, cons
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &model);
   ATTN_CHECK(status.ok(), DataError, "sentencepiece BPE training (vocab_size ", options.vocab_size,
              ", ", sentences.size(), " sentences) failed: ", status.ToString());
+  model = without_thread_count(model);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   ATTN_CHECK(!ec, IOError, "cannot create directory '", dir, "': ", ec.message());

@@ -36,7 +36,7 @@ inline constexpr int kMaxBpeThreads = 128;
 
 struct BpeTrainOptions {
   int vocab_size = 8000;
-  int num_threads = 2;  // at most kMaxBpeThreads
+  int num_threads = 2;  // taken as at most kMaxBpeThreads; not stored in spm.model
 };
 
 class SubwordVocab {

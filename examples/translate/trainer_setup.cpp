@@ -71,7 +71,7 @@ SubwordVocab open_vocab(const TrainOptions& o, const CorpusSplit& data, Replicas
   fs::create_directories(o.model_dir);
   BpeTrainOptions bpe;
   bpe.vocab_size = o.vocab_size;
-  bpe.num_threads = std::min(o.threads, kMaxBpeThreads);
+  bpe.num_threads = o.threads;  // SubwordVocab::train takes at most kMaxBpeThreads
   SubwordVocab vocab = SubwordVocab::train(both_sides(data.train), o.model_dir, bpe);
   replicas.barrier();
   return vocab;

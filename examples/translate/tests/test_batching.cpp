@@ -103,6 +103,24 @@ TEST(SubwordVocab, LoadIsIdenticalAndTrainingDeterministic) {
   EXPECT_NO_THROW(loaded.check_directory(dir.string()));
 }
 
+TEST(SubwordVocab, TheThreadCountLeavesNoTraceInTheModel) {
+  // sentencepiece stores the thread count its trainer ran on: --threads 1 and 2 wrote spm.model
+  // files, and so vocabulary hashes in every model file, that differed. More threads than its
+  // trainer takes (128: an internal error naming no flag before) are taken as 128.
+  std::string first;
+  for (const int threads : {1, 2, 3, 200}) {
+    SCOPED_TRACE(threads);
+    const fs::path dir = fresh_temp_path("vocab_threads");
+    const SubwordVocab v = SubwordVocab::train(toy_sentences(), dir.string(), {100, threads});
+    EXPECT_EQ(v.fingerprint(), toy_vocab().fingerprint());
+    const std::string bytes = attn::testing::read_file(dir / "spm.model");
+    if (first.empty()) first = bytes;
+    EXPECT_EQ(bytes, first);
+    EXPECT_EQ(SubwordVocab::load(dir.string()).encode("two dogs walk ."),
+              toy_vocab().encode("two dogs walk ."));
+  }
+}
+
 TEST(SubwordVocab, Errors) {
   const fs::path missing = fresh_temp_path("vocab_missing");
   EXPECT_NE(error_of<attn::IOError>([&] {
