@@ -217,6 +217,9 @@ int run_train(TrainCommand& c, int threads, std::shared_ptr<Replicas>& replicas)
   install_stop_handlers();  // Ctrl-C / SIGTERM: checkpoint, then exit 130 / 143
   Trainer trainer(t, std::move(corpus.split), replicas);
   if (t.evaluate) check_test_sources(trainer);
+  if (trainer.last_update() == 0 && t.minutes <= 0 && replicas->rank() == 0)
+    std::cerr << "train: no --steps or --minutes: training until Ctrl-C or SIGTERM, "
+                 "which write a checkpoint to continue from with train --resume\n";
   trainer.train();
   if (const int signal = trainer.interrupted_by(); signal != 0) {
     // One write: every rank of an MPI job prints it, and stderr is unbuffered, so pieces written

@@ -352,6 +352,10 @@ TEST_F(Reliability, CtrlCExits130WithACheckpointAndASecondOneAbortsAtOnce) {
   };
   EXPECT_EQ(interrupt(m, "kill -INT $pid"), "130\n") << read_file(m + ".err");
   EXPECT_TRUE(contains(read_file(m + ".err"), "interrupted by SIGINT")) << read_file(m + ".err");
+  EXPECT_TRUE(contains(read_file(m + ".err"),
+                       "train: no --steps or --minutes: "
+                       "training until Ctrl-C or SIGTERM"))
+      << read_file(m + ".err");
   ASSERT_FALSE(tr::list_checkpoints(m).empty());
   tr::TrainOptions o = tiny_options(m);
   o.resume = true;
