@@ -14,6 +14,7 @@
 
 #include "error_helpers.hpp"
 #include "pch.hpp"
+#include "sanitizers.hpp"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -21,19 +22,7 @@
 
 namespace {
 
-// ASan and TSan reserve terabytes of address space for their shadow memory, so an address-space
-// limit cannot be set under them.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+using attn::testing::kSanitized;
 
 /// The thread number inside a parallel region (0 without OpenMP).
 int thread_number() {

@@ -4,7 +4,10 @@
 // Interoperability with PyTorch is checked outside this test (Debian's python has no safetensors
 // package): tests/tools/read_safetensors.py reads a file written by save_model into torch tensors
 // and torch.nn.Linear.load_state_dict, and writes one (--write) that load_safetensors reads back.
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <attn/train/safetensors.hpp>
 
 #include <cstdio>
@@ -13,6 +16,7 @@
 
 #include "error_helpers.hpp"
 #include "pch.hpp"
+#include "sanitizers.hpp"
 #include "temp_dir.hpp"
 
 namespace attn {
@@ -155,6 +159,42 @@ TEST_F(SafetensorsIo, MissingOrUnreadableFileIsIOErrorNamingThePath) {
   EXPECT_THROW(load_safetensors(path("adir")), IOError);
   EXPECT_TRUE(contains(error_of([&] { save_safetensors(path("nodir/x.safetensors"), {}); }),
                        "nodir/x.safetensors"));
+}
+
+TEST_F(SafetensorsIo, AConsistentFileTooLargeForMemoryIsAnIOErrorNamingIt) {
+  // A well-formed file of one 4 GiB tensor (a sparse hole), read in a child process whose address
+  // space is 2 GB: std::bad_alloc, naming no file, before the read became an IOError.
+  if (testing::kSanitized) GTEST_SKIP() << "address-space limits do not work under ASan or TSan";
+  const std::uint64_t data = std::uint64_t{4} << 30;
+  const std::string p = path("huge.safetensors");
+  write_file(p, raw_file(R"({"w":{"dtype":"F32","shape":[1073741824],"data_offsets":[0,)" +
+                             std::to_string(data) + "]}}",
+                         0));
+  const std::uint64_t size = std::filesystem::file_size(p) + data;
+  ASSERT_EQ(::truncate(p.c_str(), static_cast<off_t>(size)), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const rlimit limit{std::uint64_t{2} << 30, std::uint64_t{2} << 30};
+    if (::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(4);
+    int code = 2;  // no exception
+    try {
+      load_safetensors(p);
+    } catch (const IOError& e) {
+      code = contains(e.what(), "cannot read " + p + ": its " + std::to_string(size) +
+                                    " bytes do not fit in this machine's memory")
+                 ? 0
+                 : 1;
+      if (code != 0) std::fprintf(stderr, "%s\n", e.what());
+    } catch (...) {
+      code = 3;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: another message, 2: no error, 3: another exception";
 }
 
 TEST_F(SafetensorsIo, EveryKindOfCorruptionIsAFormatErrorSayingWhat) {

@@ -15,21 +15,12 @@
 
 #include "model_dir.hpp"
 #include "safetensors_edit.hpp"
+#include "sanitizers.hpp"
 #include "train_state.hpp"
 #include "trainer.hpp"
 #include "translate_fixture.hpp"
 
 using namespace attn::translate::testing;
-
-// Sanitizers reserve terabytes of address space at start-up, which the address-space limit below
-// refuses: that test skips under them.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define HOSTILE_FILES_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define HOSTILE_FILES_SANITIZED 1
-#endif
-#endif
 
 namespace {
 
@@ -61,9 +52,8 @@ void fill_tensors(const std::string& path, const std::string& part, float value,
 TEST_F(HostileFiles, AModelFileLongerThanItsHeaderSaysIsRefusedBeforeItIsRead) {
   // Extended by a sparse hole, the file was read whole first: 4 GiB here, which the 2 GB address
   // space below cannot hold (std::bad_alloc, no path); at 2 GB, 2.1 GB resident and 10 s.
-#if defined(HOSTILE_FILES_SANITIZED)
-  GTEST_SKIP() << "a sanitizer's shadow memory does not fit the address-space limit";
-#endif
+  if (attn::testing::kSanitized)
+    GTEST_SKIP() << "address-space limits do not work under ASan or TSan";
   const std::string m = model_copy(), file = m + "/model.safetensors";
   const auto size = fs::file_size(file);
   fs::resize_file(file, size + (std::uintmax_t{4} << 30));

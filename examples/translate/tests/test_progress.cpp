@@ -1,7 +1,8 @@
-// The trainer's progress line: durations and the per-update line (progress.hpp). ProgressLine's
-// terminal and log-file behaviour is tested in test_corpora.cpp.
+// The trainer's progress line (progress.hpp): durations, the per-update line, and ProgressLine's
+// plain lines (a log file) and redrawn status line (a terminal).
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -41,6 +42,28 @@ TEST(ProgressFormat, StepLineShowsLossPerplexityRateSpeedTimeAndEta) {
   p.eta = std::numeric_limits<double>::quiet_NaN();
   EXPECT_EQ(format_step_progress(p),
             "step 100 | loss 4.321 | ppl 75.3 | lr 1.23e-04 | 5000 tok/s | 1m40s | ETA ?");
+}
+
+TEST(Progress, PlainLinesWhenNotATerminal) {
+  std::ostringstream out;
+  ProgressLine p(out, false);
+  p.status("step 1 | loss 9");
+  p.line("step 2 | loss 8");
+  p.status("step 3 | loss 7");
+  p.line("valid step 3");
+  p.finish();
+  EXPECT_EQ(out.str(), "step 2 | loss 8\nvalid step 3\n");
+  EXPECT_EQ(out.str().find_first_of("\r\033"), std::string::npos);
+}
+
+TEST(Progress, RedrawsInPlaceOnATerminal) {
+  std::ostringstream out;
+  ProgressLine p(out, true);
+  p.status("step 1");
+  p.line("valid");
+  p.status("step 2");
+  p.finish();
+  EXPECT_EQ(out.str(), "\rstep 1\033[K\r\033[Kvalid\n\rstep 2\033[K\n");
 }
 
 }  // namespace

@@ -119,6 +119,66 @@ TEST_F(ResumeExact, ASignalAfterTheLastUpdateLeavesTheFilesOfAnUninterruptedRun)
     EXPECT_EQ(read_file(a + "/" + file), read_file(b + "/" + file)) << file;
 }
 
+TEST_F(ResumeExact, ASignalBeforeTheFirstUpdateLeavesTheUntrainedWeightsOutOfTheAverage) {
+  // With --checkpoint-every 0 a signal during start-up wrote checkpoint_0, the untrained weights,
+  // and the resumed run averaged them into model.safetensors with its final checkpoint.
+  tr::TrainOptions o = run_options(path("a"));
+  o.checkpoint_every = 0;
+  {
+    tr::Trainer t(o, split());
+    t.train();
+    t.finish();
+    EXPECT_EQ(t.averaged(), 0);  // one checkpoint: the model is its weights
+  }
+  o.model_dir = path("b");
+  {
+    tr::Trainer t(o, split());
+    tr::set_stop_request(SIGTERM);
+    t.train();
+    tr::set_stop_request(0);
+    ASSERT_EQ(t.interrupted_by(), SIGTERM);
+    ASSERT_EQ(tr::list_checkpoints(o.model_dir).size(), 1u);
+    EXPECT_EQ(tr::list_checkpoints(o.model_dir)[0].first, 0);
+  }
+  o.resume = true;
+  {
+    tr::Trainer t(o, split());
+    t.train();
+    t.finish();
+    EXPECT_EQ(t.averaged(), 0);
+  }
+  const auto ckpts = tr::list_checkpoints(o.model_dir);
+  ASSERT_EQ(ckpts.size(), 1u);
+  EXPECT_EQ(ckpts[0].first, 12);
+  for (const std::string file : {"checkpoint_12.safetensors", "model.safetensors"})
+    EXPECT_EQ(read_file(path("a") + "/" + file), read_file(o.model_dir + "/" + file)) << file;
+}
+
+TEST_F(ResumeExact, FinishHandsOverOnceTheFinalCheckpointIsOnDisk) {
+  // attn-translate ends its signal handling there (end_stop_handling): a signal after that point
+  // ends the process at once, and must find the last update validated and in a checkpoint, from
+  // which `train --resume` writes the model. Before, a signal in the final validation, averaging
+  // or test report was ignored for minutes.
+  const std::string m = path("m");
+  tr::TrainOptions o = run_options(m);
+  o.steps = 11;  // off the checkpoint schedule: finish() writes the last checkpoint
+  tr::Trainer t(o, split());
+  t.train();
+  int calls = 0;
+  t.finish([&] {
+    ++calls;
+    const auto ckpts = tr::list_checkpoints(m);
+    ASSERT_FALSE(ckpts.empty());
+    EXPECT_EQ(ckpts.back().first, 11);
+    ASSERT_FALSE(t.curves().empty());
+    EXPECT_EQ(t.curves().back().step, 11);  // the final validation came first
+    EXPECT_FALSE(fs::exists(m + "/model.safetensors"));
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(fs::exists(m + "/model.safetensors"));
+  EXPECT_EQ(t.averaged(), 2);
+}
+
 TEST_F(ResumeExact, ACheckpointThatCannotBeSetAsideIsNamedAsSuch) {
   const std::string m = path("m");
   tr::TrainOptions o = run_options(m);
