@@ -82,12 +82,22 @@ TEST(ApiEdges, GemmRefusesSizesThatDoNotMatchAndAnOutputThatIsAnInput) {
   const Mat want = buffer.middleCols(64, 64) * buffer.middleCols(128, 64);
   kernels::gemm(buffer.leftCols(64), buffer.middleCols(64, 64), buffer.middleCols(128, 64), false);
   EXPECT_LT((buffer.leftCols(64) - want).cwiseAbs().maxCoeff(), 1e-3f);
-  // A block that starts in c's last column and wraps into the next rows does share elements.
-  Mat rows = Mat::Random(64, 64);
-  Eigen::Map<Mat> wrapped(rows.data() + 63, 32, 64);  // the same row stride: a row and one more
-  Mat out(32, 64);
-  EXPECT_NO_THROW(kernels::gemm(out, wrapped, b, false));
-  EXPECT_THROW(kernels::gemm(Eigen::Map<Mat>(rows.data(), 32, 64), wrapped, b, false), ShapeError);
+  // Blocks of one buffer whose rows wrap into the next row of the buffer: a [32, 24] from column
+  // 48 of a row stride of 64. c [32, 16] at column 0 shares elements with it only through the wrap
+  // (a's columns 16 to 23 are the next row's 0 to 7); at column 16 it shares none; one row down,
+  // c starts after a.
+  using Strided = Eigen::Map<const Mat, 0, Eigen::OuterStride<>>;
+  Mat buf = Mat::Random(64, 64);
+  const Strided wraps(buf.data() + 48, 32, 24, Eigen::OuterStride<>(64));
+  const Mat b24 = Mat::Random(24, 16);
+  EXPECT_THROW(kernels::gemm(buf.block(0, 0, 32, 16), wraps, b24, false), ShapeError);
+  const Mat want16 = wraps * b24;
+  kernels::gemm(buf.block(0, 16, 32, 16), wraps, b24, false);
+  EXPECT_LT((buf.block(0, 16, 32, 16) - want16).cwiseAbs().maxCoeff(), 1e-3f);
+  EXPECT_THROW(kernels::gemm(buf.block(1, 0, 16, 16), wraps, b24, false), ShapeError);
+  // A view with a negative stride (the rows in reverse) is taken to share elements.
+  const Strided reversed(buf.data() + 63 * 64, 63, 64, Eigen::OuterStride<>(-64));
+  EXPECT_THROW(kernels::gemm(buf.bottomRows(63), reversed, b, false), ShapeError);
 }
 
 TEST(ApiEdges, AKeyPaddingMaskOfZeroRowsFitsOnlyZeroRows) {

@@ -291,6 +291,7 @@ void gemm_packed_order(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, boo
 
 /// ShapeError if the output c of kernels::gemm shares an element with its input x (`name`). An
 /// expression without direct access (a sum, a scaled product) is evaluated before c is written.
+/// The epilogue's bias, gate and row sums are not checked against c.
 template <class Dst, class Src>
 void check_output_apart(Dst& c, const Src& x, const char* name) {
   const auto cv = strided_view(c);

@@ -16,7 +16,8 @@ class LayerNorm : public Module<T> {
     ATTN_CHECK(d > 0, ConfigError, "LayerNorm: d must be > 0, got ", d);
     // eps is added in T: one that rounds to 0 there gave NaN for a constant row.
     ATTN_CHECK(eps > 0 && detail::fits_in<T>(eps) && static_cast<T>(eps) > 0, ConfigError,
-               "LayerNorm: eps must be > 0 in the parameters' type, got ", eps);
+               "LayerNorm: eps must be > 0, finite and still > 0 in the parameters' type, got ",
+               eps);
     weight.allocate({d_});
     bias.allocate({d_});
     weight.value.fill(T(1));

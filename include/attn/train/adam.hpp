@@ -43,10 +43,12 @@ class Adam {
                "Adam: beta1 must be in [0, 1), got ", opt_.beta1);
     ATTN_CHECK(opt_.beta2 >= 0 && opt_.beta2 < 1, ConfigError,
                "Adam: beta2 must be in [0, 1), got ", opt_.beta2);
-    ATTN_CHECK(opt_.eps > 0 && detail::fits_in<T>(opt_.eps) && static_cast<T>(opt_.eps) > 0,
-               ConfigError, "Adam: eps must be > 0 in the parameters' type, got ", opt_.eps);
+    ATTN_CHECK(
+        opt_.eps > 0 && detail::fits_in<T>(opt_.eps) && static_cast<T>(opt_.eps) > 0, ConfigError,
+        "Adam: eps must be > 0, finite and still > 0 in the parameters' type, got ", opt_.eps);
     ATTN_CHECK(opt_.weight_decay >= 0 && detail::fits_in<T>(opt_.weight_decay), ConfigError,
-               "Adam: weight_decay must be finite and >= 0, got ", opt_.weight_decay);
+               "Adam: weight_decay must be >= 0 and within the parameters' type, got ",
+               opt_.weight_decay);
     std::unordered_map<std::string, int> seen;
     for (const auto& p : params_) {
       ATTN_CHECK(seen.emplace(p.name, 0).second, ConfigError, "Adam: parameter name '", p.name,

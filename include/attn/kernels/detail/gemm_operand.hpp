@@ -87,11 +87,13 @@ auto strided_view(Xpr&& x) {
 /// Whether x and y share an element. Views of one row-major buffer with the same row stride and
 /// unit column strides (column blocks of one activation matrix, as Q, K and V are of the fused
 /// projection's output) share one only if both their rows and their columns meet; other views, if
-/// their address ranges meet.
+/// their address ranges meet; a view with a negative stride (which Eigen allows) is taken to share
+/// one.
 template <class T, class U>
 bool share_an_element(const StridedMatrix<T>& x, const StridedMatrix<U>& y) {
   static_assert(sizeof(T) == sizeof(U), "views of one element type");
   if (x.rows == 0 || x.cols == 0 || y.rows == 0 || y.cols == 0) return false;
+  if (x.row_stride < 0 || x.col_stride < 0 || y.row_stride < 0 || y.col_stride < 0) return true;
   const auto first = [](const auto& m) { return reinterpret_cast<std::uintptr_t>(m.data); };
   const auto last = [](const auto& m) {
     return reinterpret_cast<std::uintptr_t>(&m(m.rows - 1, m.cols - 1));
