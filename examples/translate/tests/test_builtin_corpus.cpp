@@ -182,18 +182,29 @@ TEST(BuiltinCorpus, MissingSourcesAreNamedAndTheRestUsed) {
             std::string::npos);
 }
 
-TEST(BuiltinCorpus, UnreadableFilesLeaveTheirSourceOutWithANote) {
-  // A directory named x.mo threw std::ios_base::failure past the catch that leaves a source out,
-  // and ended the run; a directory as the dictionary was read as 0 pairs without a note.
-  const fs::path dir = temp_dir("builtin_unreadable");
+namespace {
+
+/// Options for the sources in `dir`: no package descriptions, the gettext catalogs in dir/locale
+/// (made by the test) and a dictionary of 40 sentences in dir/de-en.
+BuiltinCorpusOptions catalogs_and_dictionary(const fs::path& dir) {
   BuiltinCorpusOptions o = small_options();
   o.apt_lists_dir = (dir / "no_lists").string();
   o.gettext = true;
   o.gettext_dir = (dir / "locale").string();
-  const std::string catalog = (dir / "locale" / "x.mo").string();
-  fs::create_directories(catalog);
   o.dictionary_path = (dir / "de-en").string();
   write_file(o.dictionary_path, sentence_dictionary(40));
+  return o;
+}
+
+}  // namespace
+
+TEST(BuiltinCorpus, UnreadableFilesLeaveTheirSourceOutWithANote) {
+  // A directory named x.mo threw std::ios_base::failure past the catch that leaves a source out,
+  // and ended the run; a directory as the dictionary was read as 0 pairs without a note.
+  const fs::path dir = temp_dir("builtin_unreadable");
+  BuiltinCorpusOptions o = catalogs_and_dictionary(dir);
+  const std::string catalog = (dir / "locale" / "x.mo").string();
+  fs::create_directories(catalog);
   BuiltinCorpusStats st;
   EXPECT_EQ(load_builtin_corpus(o, &st).split.train.size(), 2u * 18u);
   ASSERT_EQ(st.missing.size(), 2u);
@@ -218,10 +229,7 @@ TEST(BuiltinCorpus, ACatalogThatCannotBeReadIsNamedAndTheOthersAreUsed) {
   // One package's broken catalog (here a directory named like one) ended the whole source before;
   // now it is left out, and the notes the trainer prints name it.
   const fs::path dir = temp_dir("builtin_one_catalog");
-  BuiltinCorpusOptions o = small_options();
-  o.apt_lists_dir = (dir / "no_lists").string();
-  o.gettext = true;
-  o.gettext_dir = (dir / "locale").string();
+  BuiltinCorpusOptions o = catalogs_and_dictionary(dir);
   fs::create_directories(dir / "locale");
   std::vector<attn::translate::testing::RawEntry> entries{
       {"", "Content-Type: text/plain; charset=UTF-8\n"}};
@@ -231,8 +239,6 @@ TEST(BuiltinCorpus, ACatalogThatCannotBeReadIsNamedAndTheOthersAreUsed) {
   write_file(dir / "locale" / "a.mo", attn::translate::testing::make_mo(entries));
   const std::string broken = (dir / "locale" / "b.mo").string();
   fs::create_directories(broken);
-  o.dictionary_path = (dir / "de-en").string();
-  write_file(o.dictionary_path, sentence_dictionary(40));
   BuiltinCorpusStats st;
   load_builtin_corpus(o, &st);
   EXPECT_EQ(st.pairs_read[static_cast<int>(CorpusSource::kGettext)], 40u);
