@@ -127,8 +127,17 @@ TEST(ApiEdges, DecodingOptionsAreCheckedWhereverTheyEnter) {
   // decoded with a model that forward() does not compute (logits 1.8 apart at position 0).
   DecodeOptions o;
   o.beam_size = 0;
-  EXPECT_THROW(BeamState({5}, o, 10), ConfigError);
-  EXPECT_THROW(BeamState({-1}, DecodeOptions{}, 10), ConfigError);
+  EXPECT_THROW(BeamState({5}, o, 10, 0), ConfigError);
+  EXPECT_THROW(BeamState({-1}, DecodeOptions{}, 10, 0), ConfigError);
+  // A padding id outside the vocabulary was written past the candidates; a vocabulary so large
+  // that beams times vocabulary overflows escaped as std::length_error.
+  EXPECT_TRUE(contains(error_of<ConfigError>([] { BeamState({5}, DecodeOptions{}, 10, 10); }),
+                       "decode: the padding id (10) must be in the vocabulary [0, 10)"));
+  EXPECT_TRUE(contains(error_of<ConfigError>([] { BeamState({5}, DecodeOptions{}, 10, -1); }),
+                       "decode: the padding id (-1)"));
+  EXPECT_TRUE(
+      contains(error_of<ConfigError>([] { BeamState({5}, DecodeOptions{}, Index(1) << 61, 0); }),
+               "decode: the vocabulary size must be in [1, 16777216], got 2305843009213693952"));
   Transformer<float> m(TransformerConfig::tiny(10));  // pad_id 0
   const auto src = Tensor<TokenId>::from({1, 3}, {4, 5, 3});
   o = {};

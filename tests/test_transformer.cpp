@@ -3,6 +3,8 @@
 #include <attn/decode/beam_search.hpp>
 #include <attn/nn/transformer.hpp>
 
+#include <set>
+
 #include "gradcheck.hpp"
 #include "pch.hpp"
 
@@ -339,6 +341,70 @@ TEST(Decode, BeamOfOneIsGreedyAndBeamFourIsNoWorseInModelScore) {
   // The wider beam finds a better hypothesis for some sentence, so the comparison above is not
   // only between equal outputs.
   EXPECT_GT(better, 0);
+}
+
+/// Greedy decoding of source row b by the full forward(), one token at a time: the first highest
+/// logit at the last position among the tokens other than padding, until EOS or `limit` tokens.
+std::vector<TokenId> forward_greedy(Transformer<double>& m, const Tensor<TokenId>& src, Index b,
+                                    Index limit, const DecodeOptions& o) {
+  Tensor<TokenId> row({1, src.size(1)});
+  for (Index s = 0; s < src.size(1); ++s) row(0, s) = src(b, s);
+  std::vector<TokenId> hyp;
+  while (static_cast<Index>(hyp.size()) < limit) {
+    const Index T = static_cast<Index>(hyp.size()) + 1;
+    Tensor<TokenId> tgt_in({1, T});
+    tgt_in(0, 0) = o.bos;
+    for (Index t = 1; t < T; ++t) tgt_in(0, t) = hyp[static_cast<std::size_t>(t - 1)];
+    const Tensor<double>& logits = m.forward(row, tgt_in);  // [1, T, V]
+    const Index V = logits.size(2);
+    const double* z = logits.data() + (T - 1) * V;
+    TokenId best = -1;
+    for (Index v = 0; v < V; ++v)
+      if (v != m.config().pad_id && (best < 0 || z[v] > z[best])) best = static_cast<TokenId>(v);
+    if (best == o.eos) break;
+    hyp.push_back(best);
+  }
+  return hyp;
+}
+
+// The training loss never targets the padding token, and a tied output layer gives it a logit of
+// exactly 0 (its embedding row is zero), so a model that has learnt little can rank it first.
+// Decoding output it and fed it back, where forward() masks it as a key: the hypothesis was then
+// chosen by another model than the one that scores it. Here every other logit is pushed below 0.
+TEST(Decode, ThePaddingTokenIsNeverOutput) {
+  Transformer<double> m(TransformerConfig::tiny(16));  // pad_id 0, output tied to the embedding
+  for (auto& p : m.parameters()) {
+    // The last hidden state h + 0.5 and the output rows but the padding one's w - 0.3: each
+    // logit but the padding token's moves by -0.5 * 0.3 * d_model = -9.6, while sum(h) = 0.
+    if (p.name == "decoder.layers.1.norm3.bias") p.value.fill(0.5);
+    if (p.name == "src_embed.weight")
+      for (Index i = m.config().d_model; i < p.value.numel(); ++i) p.value.data()[i] -= 0.3;
+  }
+  m.eval();
+  const auto src = ids({3, 4}, {4, 5, 6, 7, 8, 9, 0, 0, 10, 11, 12, 0});
+  DecodeOptions o;
+  o.max_extra_length = 3;
+  const Tensor<double>& first = m.forward(src, Tensor<TokenId>::full({3, 1}, o.bos));
+  for (Index b = 0; b < 3; ++b) {  // the padding token is every sentence's most likely first token
+    const double* z = first.data() + b * 16;
+    ASSERT_EQ(std::max_element(z, z + 16) - z, 0) << "sentence " << b;
+  }
+  const std::vector<Index> limit = {7, 5, 6};
+  const auto greedy = greedy_decode(m, src, o);
+  for (Index b = 0; b < 3; ++b)
+    EXPECT_EQ(greedy[static_cast<std::size_t>(b)],
+              forward_greedy(m, src, b, limit[static_cast<std::size_t>(b)], o))
+        << b;
+  o.beam_size = 1;
+  EXPECT_EQ(beam_search(m, src, o), greedy);
+  o.beam_size = 4;
+  std::set<TokenId> tokens;  // several: the outputs depend on the source and the prefix
+  for (const auto& outputs : {greedy, beam_search(m, src, o)})
+    for (const auto& hyp : outputs) {
+      EXPECT_EQ(std::count(hyp.begin(), hyp.end(), m.config().pad_id), 0);
+      tokens.insert(hyp.begin(), hyp.end());
+    }
+  EXPECT_GE(tokens.size(), 3u);
 }
 
 TEST(Decode, GnmtLengthPenalty) {

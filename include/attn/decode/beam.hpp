@@ -2,7 +2,8 @@
 // sentences, row b*W + w holding beam w of sentence b (W = DecodeOptions::beam_size).
 //
 // One step, given the next-token logits of every live row:
-//   expand  scores every (beam, token) continuation of a sentence by its total log-probability;
+//   expand  scores every (beam, token) continuation of a sentence by its total log-probability
+//           (the padding token by -inf: it is never output, detail::may_output);
 //   prune   takes the best 2W, finishes those ending in EOS that rank within the first W (score
 //           log P / lp(|Y|), |Y| counting EOS, lp GNMT's length penalty) and keeps the best W
 //           others as the next beams; at the sentence's length limit the kept beams are finished
@@ -30,9 +31,11 @@ inline double gnmt_length_penalty(Index length, double alpha) {
 
 class BeamState {
  public:
-  /// limits[b]: the most tokens sentence b may output (its source length + max_extra_length).
-  BeamState(std::vector<Index> limits, const DecodeOptions& opts, Index vocab)
-      : opts_(validated(opts, vocab)),
+  /// limits[b]: the most tokens sentence b may output (its source length + max_extra_length);
+  /// pad_id: the model's padding id, which is never output.
+  BeamState(std::vector<Index> limits, const DecodeOptions& opts, Index vocab, TokenId pad_id)
+      : opts_(validated(opts, vocab, pad_id)),
+        pad_(pad_id),
         B_(static_cast<Index>(limits.size())),
         W_(opts.beam_size),
         V_(vocab),
@@ -112,8 +115,8 @@ class BeamState {
   };
   static constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-  static const DecodeOptions& validated(const DecodeOptions& opts, Index vocab) {
-    opts.validate(vocab);  // before beam_size and vocab size the buffers below
+  static const DecodeOptions& validated(const DecodeOptions& opts, Index vocab, TokenId pad_id) {
+    opts.validate(vocab, pad_id);  // before beam_size and vocab size the buffers below
     return opts;
   }
 
@@ -121,8 +124,8 @@ class BeamState {
   std::size_t at(Index b, Index w) const { return static_cast<std::size_t>(b * W_ + w); }
 
   /// cand_score[w*V + v] <- log P(beam w of sentence b, then token v), from its `live` logits rows
-  /// [live, V] at step t (NumericError unless finite); beams without a row (the first step) score
-  /// -inf.
+  /// [live, V] at step t (NumericError unless finite); beams without a row (the first step) and
+  /// the padding token score -inf.
   template <class T>
   void expand(Index b, const T* logits, Index live, Index t) {
     for (Index w = 0; w < W_; ++w) {
@@ -139,6 +142,7 @@ class BeamState {
       const double lse = mx + std::log(sum);
       const double prefix = scores_[at(b, w)];
       for (Index v = 0; v < V_; ++v) out[v] = prefix + static_cast<double>(row[v]) - lse;
+      if (!detail::may_output(pad_, pad_, opts_)) out[pad_] = kNegInf;
     }
   }
 
@@ -207,6 +211,7 @@ class BeamState {
   }
 
   DecodeOptions opts_;
+  TokenId pad_;
   Index B_, W_, V_;
   std::vector<Index> limits_;                           // [B] output length limits
   std::vector<std::vector<TokenId>> hyps_, next_hyps_;  // [B*W] live beam tokens

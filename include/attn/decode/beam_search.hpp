@@ -47,7 +47,7 @@ std::vector<std::vector<TokenId>> beam_search(Transformer<T>& model, const Tenso
   const Index B = src.size(0), W = opts.beam_size;
   std::vector<Index> limits = detail::output_limits(src, model.config().pad_id, opts);
   const Index max_len = *std::max_element(limits.begin(), limits.end());
-  BeamState beams(std::move(limits), opts, V);
+  BeamState beams(std::move(limits), opts, V, model.config().pad_id);
   if (max_len <= 0) return beams.finish();
 
   // First step: one row per sentence, over the memory [B, S, D] encoded once.

@@ -8,6 +8,7 @@
 
 #include "attn/error.hpp"
 #include "attn/kernels/gemm.hpp"
+#include "attn/nn/layer_options.hpp"
 #include "attn/nn/module.hpp"
 #include "attn/tensor.hpp"
 
@@ -26,6 +27,9 @@ struct DecodeOptions {
   double length_penalty = 0.6;  // alpha of GNMT's ((5 + |Y|) / 6)^alpha (beam_search only)
 
   void validate(Index vocab) const {
+    ATTN_CHECK(vocab >= 1 && vocab <= ConfigLimits::kMaxVocab, ConfigError,
+               "decode: the vocabulary size must be in [1, ", ConfigLimits::kMaxVocab, "], got ",
+               vocab);
     ATTN_CHECK(bos >= 0 && bos < vocab && eos >= 0 && eos < vocab, ConfigError, "decode: bos (",
                bos, ") and eos (", eos, ") must be in the vocabulary [0, ", vocab, ")");
     ATTN_CHECK(max_extra_length >= 0 && max_extra_length <= kMaxExtraLength, ConfigError,
@@ -40,6 +44,8 @@ struct DecodeOptions {
   /// attended while decoding but masked by the model's forward(), which then scores another model.
   void validate(Index vocab, TokenId pad_id) const {
     validate(vocab);
+    ATTN_CHECK(pad_id >= 0 && pad_id < vocab, ConfigError, "decode: the padding id (", pad_id,
+               ") must be in the vocabulary [0, ", vocab, ")");
     ATTN_CHECK(bos != pad_id, ConfigError, "decode: bos (", bos,
                ") must not be the model's padding id (", pad_id,
                "): forward() masks the padding token as a key, decoding would attend it");
@@ -72,6 +78,15 @@ void check_finite_logits(const T* row, Index V, Index sentence, Index step) {
                : row[v] > 0       ? "+inf"
                                   : "-inf",
                ": the model's activations overflow (are its weights too large?)");
+}
+
+/// Whether decoding may output `token` of a model whose padding id is `pad`: every token but the
+/// padding one (unless it is also EOS). forward() masks the padding token as a key, so a hypothesis
+/// holding it would be scored by another model than the one that chose its next tokens; and the
+/// training loss never targets it, so a model that has learnt little may still rank it first (a
+/// tied output layer gives it a logit of exactly 0). fairseq's generator masks it the same way.
+inline bool may_output(TokenId token, TokenId pad, const DecodeOptions& opts) {
+  return token != pad || token == opts.eos;
 }
 
 /// The output length limit of each source row of `src` [B, S]: its length + max_extra_length.
