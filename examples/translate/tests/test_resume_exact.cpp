@@ -6,7 +6,7 @@
 //   - the checkpoint a signal wrote pushed an older one out under --keep, and was averaged into
 //     model.safetensors in its place;
 //   - after the last update, the first SIGINT or SIGTERM was ignored (the final validation and
-//     test report ran on for minutes);
+//     test report ran on for minutes): now tested in the command too;
 //   - a corrupt newest checkpoint that could not be set aside made every checkpoint that loads
 //     "not load".
 #include <gtest/gtest.h>
@@ -177,6 +177,38 @@ TEST_F(ResumeExact, FinishHandsOverOnceTheFinalCheckpointIsOnDisk) {
   EXPECT_EQ(calls, 1);
   EXPECT_TRUE(fs::exists(m + "/model.safetensors"));
   EXPECT_EQ(t.averaged(), 2);
+}
+
+TEST_F(ResumeExact, TheCommandEndsOnASignalWhileItTranslatesTheTestSet) {
+  // cli_train.cpp hands the signals back to their default action once the final checkpoint is on
+  // disk (trainer.finish(end_stop_handling)): a SIGTERM while the test set is translated ends the
+  // process by that signal, which the shell reports as 143. Without it the handler notes the
+  // request, nothing looks at it, and the report runs to its end: exit 0.
+  const tr::CorpusSplit d = split();
+  std::vector<std::string> test_src, test_tgt;  // 2,000 sentences: half a minute of beam search
+  for (int copy = 0; copy < 10; ++copy) {
+    test_src.insert(test_src.end(), d.train.src.begin(), d.train.src.end());
+    test_tgt.insert(test_tgt.end(), d.train.tgt.begin(), d.train.tgt.end());
+  }
+  const std::string m = path("m"), err = path("err"), rc = path("rc");
+  tr::write_lines(path("train.en"), d.train.src);
+  tr::write_lines(path("train.de"), d.train.tgt);
+  tr::write_lines(path("test.en"), test_src);
+  tr::write_lines(path("test.de"), test_tgt);
+  const std::string train =
+      std::string(ATTN_TRANSLATE_BIN) + " train --threads 1 --preset tiny --vocab-size 60 " +
+      "--max-len 32 --steps 2 --valid-every 0 --svg 0 --src " + path("train.en") + " --tgt " +
+      path("train.de") + " --test-src " + path("test.en") + " --test-tgt " + path("test.de") +
+      " --model-dir " + m;
+  // The signal goes once the model is written (the line before the test report), or after 60 s.
+  const std::string cmd = "sh -c '" + train + " > /dev/null 2> " + err +
+                          " & pid=$!; i=0; while ! grep -qs \"model written to\" " + err +
+                          " && kill -0 $pid && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); " +
+                          "done; kill -TERM $pid; wait $pid; echo $? > " + rc + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  EXPECT_EQ(read_file(rc), "143\n") << read_file(err);
+  EXPECT_TRUE(contains(read_file(err), "model written to")) << read_file(err);
+  EXPECT_TRUE(fs::exists(m + "/model.safetensors"));
 }
 
 TEST_F(ResumeExact, ACheckpointThatCannotBeSetAsideIsNamedAsSuch) {
