@@ -3,11 +3,14 @@
 // (the CLI, or the Trainer/Translator the CLI wraps) and the message is checked.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <limits>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <attn/train/safetensors.hpp>
@@ -361,6 +364,49 @@ TEST_F(Reliability, CtrlCExits130WithACheckpointAndASecondOneAbortsAtOnce) {
   o.resume = true;
   EXPECT_NO_THROW(tr::Trainer t(o, split()));
   EXPECT_EQ(interrupt(path("t"), "kill -TERM $pid"), "143\n") << read_file(path("t") + ".err");
+}
+
+TEST_F(Reliability, AverageLastWhileATrainerPrunesTheSameDirectory) {
+  // A trainer saving every update removes its oldest checkpoint as it writes the next, so one that
+  // `average --last 2` listed could be gone when it was read: 13 of 70 runs failed with `cannot
+  // open .../checkpoint_N.safetensors`. It now lists them again. A race, so this averages for as
+  // long as a trainer saves (about 400 times), and every average must succeed.
+  const tr::CorpusSplit d = split();
+  const std::string m = path("m");
+  tr::write_lines(path("train.en"), d.train.src);
+  tr::write_lines(path("train.de"), d.train.tgt);
+  const std::string train = std::string(ATTN_TRANSLATE_BIN) +
+                            " train --threads 1 --preset tiny --vocab-size 60 --max-len 32 " +
+                            "--max-tokens 128 --tokens-per-update 128 --steps 300 " +
+                            "--checkpoint-every 1 --keep 2 --average 2 --svg 0 " +
+                            "--no-eval --src " + path("train.en") + " --tgt " + path("train.de") +
+                            " --model-dir " + m + " > /dev/null 2> " + path("err");
+  std::atomic<bool> trained{false};
+  int rc = -1;
+  std::thread trainer([&] {
+    rc = std::system(train.c_str());
+    trained = true;
+  });
+  int averages = 0;
+  std::vector<std::string> failures;
+  while (!trained) {
+    std::error_code ec;
+    if (!fs::exists(m, ec) || tr::list_checkpoints(m).size() < 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
+    try {
+      EXPECT_EQ(tr::average_last(m, 2).size(), 2u);
+      ++averages;
+    } catch (const std::exception& e) {
+      failures.push_back(e.what());
+    }
+  }
+  trainer.join();
+  EXPECT_EQ(rc, 0) << read_file(path("err"));
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << averages + failures.size()
+                                << " averages failed, the first: " << failures.front();
+  EXPECT_GE(averages, 20) << "too few averages ran while the trainer saved";
 }
 
 TEST(StopSignal, TheFirstSignalAsksToStopTheSecondEndsTheProcess) {
