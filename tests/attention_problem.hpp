@@ -5,8 +5,11 @@
 
 #include <attn/kernels/attention.hpp>
 #include <attn/kernels/attention_naive.hpp>
+#include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>

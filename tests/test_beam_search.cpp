@@ -194,9 +194,12 @@ TEST(BeamSearch, SameHypothesesAsTheAlgorithmItReplaced) {
   EXPECT_GT(differing_from_greedy, 0);
 }
 
-/// The oracle's hypotheses but for the one behaviour fixed since it was written: a sentence whose
-/// output limit is 0 (only padding, no extra length) gets no token, whatever the batch; it got one
-/// next to a longer sentence (session 42, ApiEdges.ASentenceWithAnOutputLimitOfZeroGetsNoToken).
+/// The oracle's hypotheses but for the one behaviour fixed since it was written that these tests
+/// meet: a sentence whose output limit is 0 (only padding, no extra length) gets no token, whatever
+/// the batch; it got one next to a longer sentence (session 42,
+/// ApiEdges.ASentenceWithAnOutputLimitOfZeroGetsNoToken). The other, that the padding token is
+/// never output (session 43, Decode.ThePaddingTokenIsNeverOutput), changes nothing here: the
+/// trained model never ranks it among a sentence's best 2W candidates.
 std::vector<std::vector<TokenId>> expected_beams(Transformer<float>& m, const Tensor<TokenId>& src,
                                                  const DecodeOptions& o) {
   std::vector<std::vector<TokenId>> out = reference_beam_search(m, src, o);

@@ -375,7 +375,9 @@ TEST(Decode, ThePaddingTokenIsNeverOutput) {
   Transformer<double> m(TransformerConfig::tiny(16));  // pad_id 0, output tied to the embedding
   for (auto& p : m.parameters()) {
     // The last hidden state h + 0.5 and the output rows but the padding one's w - 0.3: each
-    // logit but the padding token's moves by -0.5 * 0.3 * d_model = -9.6, while sum(h) = 0.
+    // logit but the padding token's moves by 0.5 sum(w) - 0.3 sum(h) - 0.5 * 0.3 * d_model, where
+    // sum(h) = 0 and the last term is -9.6 (the shift also reaches the inputs; the first step is
+    // checked below).
     if (p.name == "decoder.layers.1.norm3.bias") p.value.fill(0.5);
     if (p.name == "src_embed.weight")
       for (Index i = m.config().d_model; i < p.value.numel(); ++i) p.value.data()[i] -= 0.3;

@@ -178,13 +178,17 @@ def load(model_dir, dtype=torch.float64):
 
 @torch.no_grad()
 def greedy(model, src_ids):
-    """The most probable next token at every step (full forward each step), without BOS/EOS."""
+    """The most probable next token at every step (full forward each step), without BOS/EOS.
+
+    Never the padding token, as attn's greedy_decode (decode/options.hpp, may_output)."""
     if not src_ids:
         return []
     src = torch.tensor([src_ids])
     out = []
     while len(out) < len(src_ids) + MAX_EXTRA_LENGTH:
-        logits = model(src, torch.tensor([[BOS] + out]))[0, -1]
+        logits = model(src, torch.tensor([[BOS] + out]))[0, -1].clone()
+        if PAD != EOS:
+            logits[PAD] = -math.inf
         best = int(torch.argmax(logits))
         if best == EOS:
             break

@@ -82,9 +82,10 @@ void check_finite_logits(const T* row, Index V, Index sentence, Index step) {
 
 /// Whether decoding may output `token` of a model whose padding id is `pad`: every token but the
 /// padding one (unless it is also EOS). forward() masks the padding token as a key, so a hypothesis
-/// holding it would be scored by another model than the one that chose its next tokens; and the
-/// training loss never targets it, so a model that has learnt little may still rank it first (a
-/// tied output layer gives it a logit of exactly 0). fairseq's generator masks it the same way.
+/// holding it would be scored by another model than the one that chose its next tokens; and it is
+/// never a training target (label smoothing gives it only its eps / V), so a model that has learnt
+/// little may still rank it first (a tied output layer gives it a logit of exactly 0). fairseq's
+/// generator masks it the same way.
 inline bool may_output(TokenId token, TokenId pad, const DecodeOptions& opts) {
   return token != pad || token == opts.eos;
 }
