@@ -2,12 +2,16 @@
 // crash, hang, overflow or answer wrongly in silence, each now an attn::Error naming what was
 // expected and what came. Their neighbours that already behaved are in the topic files.
 #include <attn/attn.hpp>
+#include <attn/train/safetensors.hpp>
 
+#include <climits>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 
 #include "error_helpers.hpp"
 #include "pch.hpp"
+#include "temp_dir.hpp"
 
 namespace attn {
 namespace {
@@ -186,6 +190,76 @@ TEST(ApiEdges, FloatSettingsMustFitTheParametersType) {
       NumericError);
   EXPECT_THROW(scale_gradients<float>(params, 1e300), NumericError);
   EXPECT_NO_THROW(scale_gradients<double>({}, 1e300));
+}
+
+TEST(ApiEdges, TrainingSideCountsAndSizesAreBounded) {
+  // Session 43's audit. set_num_threads handed any count to libgomp: INT_MAX ran it out of memory
+  // and 100,000 out of stack, each ending the process; 0 became 1 in silence. The limit is 256, or
+  // the CPUs or the starting OMP_NUM_THREADS where more, so num_threads() can be set back.
+  const int before = num_threads(), limit = thread_limit();
+  EXPECT_GE(limit, kMaxThreads);
+  EXPECT_GE(limit, before);
+  for (const int n : {0, -1, limit + 1, INT_MAX})
+    EXPECT_EQ(error_of<ConfigError>([&] { set_num_threads(n); }),
+              "set_num_threads: n must be in [1, " + std::to_string(limit) + "], got " +
+                  std::to_string(n));
+  EXPECT_EQ(num_threads(), before);
+  set_num_threads(before);
+  // Adam took a step count near Index's limit and overflowed at the next step.
+  Parameter<float> p;
+  p.allocate({4});
+  Adam<float> adam({{"w", p.value, p.grad}});
+  EXPECT_TRUE(contains(error_of<ConfigError>([&] {
+                         adam.load_state(adam.state(), std::numeric_limits<Index>::max());
+                       }),
+                       "Adam::load_state: steps must be in [0, 9007199254740992]"));
+  adam.load_state(adam.state(), Adam<float>::kMaxSteps);
+  EXPECT_EQ(error_of<ConfigError>([&] { adam.step(0.1); }),
+            "Adam: 9007199254740992 steps taken, the most it counts");
+  EXPECT_EQ(adam.steps(), Adam<float>::kMaxSteps);
+  // A LabelSmoothedCrossEntropy over a vocabulary of 0: Eigen's assertion on an empty matrix
+  // (double), or a read past the logits.
+  LabelSmoothedCrossEntropy<double> loss(0.1, 0);
+  EXPECT_EQ(error_of<ShapeError>([&] {
+              loss.forward_backward(Tensor<double>({2, 0}), Tensor<TokenId>({2}), 1.0);
+            }),
+            "LabelSmoothedCrossEntropy: expected logits [..., V] with V >= 1, got [2, 0]");
+}
+
+TEST(ApiEdges, AdamRefusesATensorListedTwiceOrOverlappingViews) {
+  // It was updated twice per step. Disjoint views of one buffer are parameters of their own.
+  Tensor<float> values({2, 4}), grads({2, 4});
+  const Tensor<float> all = values.reshape({8}), all_grads = grads.reshape({8});
+  const NamedParameter<float> a{"a", values.slice(0), grads.slice(0)},
+      b{"b", values.slice(1), grads.slice(1)}, whole{"whole", all, all_grads};
+  EXPECT_NO_THROW(Adam<float>({a, b}));
+  EXPECT_EQ(error_of<ConfigError>([&] {
+              Adam<float>({a, {"a2", a.value, a.grad}});
+            }),
+            "Adam: parameters a and a2 share elements");
+  EXPECT_EQ(error_of<ConfigError>([&] {
+              Adam<float>({b, whole});
+            }),
+            "Adam: parameters b and whole share elements");
+  Transformer<float> model(TransformerConfig::tiny(12));  // tied weights are listed once
+  EXPECT_NO_THROW(Adam<float>(model.parameters()));
+}
+
+class ApiEdgesFiles : public testing::TempDirTest {};
+
+TEST_F(ApiEdgesFiles, SaveSafetensorsRefusesAShapeItsReaderRefuses) {
+  // A shape whose element count wrapped (to 0 bytes) was written, and the reader refused it (its
+  // rule: the non-zero extents' product must fit, even when a zero extent empties the tensor).
+  const std::string file = path("x.safetensors");
+  for (const std::vector<Index>& shape : {std::vector<Index>{Index(1) << 62, 4},
+                                          std::vector<Index>{Index(1) << 32, Index(1) << 32, 0}})
+    EXPECT_TRUE(contains(error_of<ShapeError>([&] {
+                           save_safetensors(file, {bytes_entry("x", Dtype::F32, shape, {})});
+                         }),
+                         "save_safetensors: tensor x of shape"));
+  EXPECT_FALSE(std::filesystem::exists(file));
+  EXPECT_NO_THROW(save_safetensors(file, {bytes_entry("x", Dtype::F32, {Index(1) << 40, 0}, {})}));
+  EXPECT_EQ(load_safetensors(file).info("x").shape, (std::vector<Index>{Index(1) << 40, 0}));
 }
 
 }  // namespace

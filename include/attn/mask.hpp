@@ -96,6 +96,12 @@ class AdditiveMask {
   explicit AdditiveMask(Tensor<T> bias) : bias_(std::move(bias)) {
     ATTN_CHECK(bias_.rank() == 2, ShapeError, "AdditiveMask: expected a [T, S] bias, got shape ",
                bias_.shape());
+    for (Index i = 0; i < bias_.numel(); ++i) {  // +inf or NaN made every output of its row NaN
+      const T b = bias_.data()[i];
+      ATTN_CHECK(!std::isnan(b) && b != std::numeric_limits<T>::infinity(), ConfigError,
+                 "AdditiveMask: a bias must be finite or -inf (a blocked key), got ", b,
+                 " at query ", i / bias_.size(1), ", key ", i % bias_.size(1));
+    }
   }
   bool empty() const { return bias_.rank() == 0; }
   const Tensor<T>& bias() const { return bias_; }

@@ -38,9 +38,26 @@ inline void keep_eigen_serial() {
 }
 }  // namespace detail
 
-/// Sets the thread count of attn's OpenMP loops and products (n >= 1; Eigen's own stays 1).
+/// The most threads set_num_threads takes wherever it runs: libgomp ran out of memory or stack
+/// for a count far beyond a machine's cores (INT_MAX, 100,000) and ended the process.
+inline constexpr int kMaxThreads = 256;
+
+/// The most threads set_num_threads takes here: kMaxThreads, or more on a machine with more CPUs
+/// or started with a larger OMP_NUM_THREADS (so that num_threads() can always be set back).
+inline int thread_limit() {
+#if defined(_OPENMP)
+  static const int initial = omp_get_max_threads();  // before any set_num_threads of attn's
+  return std::max({kMaxThreads, omp_get_num_procs(), initial});
+#else
+  return kMaxThreads;
+#endif
+}
+
+/// Sets the thread count of attn's OpenMP loops and products (Eigen's own stays 1); ConfigError
+/// unless n is in [1, thread_limit()].
 inline void set_num_threads(int n) {
-  if (n < 1) n = 1;
+  ATTN_CHECK(n >= 1 && n <= thread_limit(), ConfigError, "set_num_threads: n must be in [1, ",
+             thread_limit(), "], got ", n);
 #if defined(_OPENMP)
   omp_set_num_threads(n);
 #endif

@@ -197,7 +197,8 @@ class Tensor {
                shape_);
     return shape_[axis];
   }
-  Index numel() const { return shape_.numel(); }
+  /// Elements held: 0 for a tensor without storage (default-constructed), even of rank 0.
+  Index numel() const { return storage_ ? shape_.numel() : 0; }
   bool empty() const { return numel() == 0; }
 
   T* data() { return storage_ ? storage_->data + offset_ : nullptr; }
@@ -293,6 +294,7 @@ class Tensor {
 
   /// A deep copy with storage of its own.
   Tensor clone() const {
+    if (!storage_) return Tensor();
     Tensor t(shape_);
     std::copy(begin(), end(), t.data());
     return t;
@@ -338,6 +340,7 @@ class Tensor {
     return flat;
   }
   Index checked_index(std::initializer_list<Index> idx) const {
+    ATTN_CHECK(storage_ != nullptr, IndexError, "at: the tensor has no storage");
     ATTN_CHECK(static_cast<int>(idx.size()) == rank(), IndexError, "at: ", idx.size(),
                " indices given for a tensor of shape ", shape_);
     Index flat = 0;

@@ -151,6 +151,7 @@ class DecoderLayer : public Module<T> {
   /// parameter gradient.
   const Tensor<T>& backward(const Tensor<T>& dy) {
     const Shape& y_shape = ffn_residual_.output_shape();
+    ATTN_CHECK(y_shape.rank() >= 1, Error, "DecoderLayer::backward: needs a forward first");
     ATTN_CHECK(dy.shape() == y_shape, ShapeError, "DecoderLayer::backward: expected dy of shape ",
                y_shape, ", got ", dy.shape());
     const Tensor<T>& dh2 = ffn_residual_.backward(

@@ -21,6 +21,13 @@ namespace attn {
 struct DropoutMask {
   double p = 0;
   std::uint64_t key = 0;
+
+  /// ConfigError unless p is in [0, 1), naming `who` (p >= 1 zeroed every output, and NaN or a
+  /// negative p was taken for no dropout, in silence).
+  void check(const char* who) const {
+    ATTN_CHECK(p >= 0 && p < 1, ConfigError, who, ": dropout probability must be in [0, 1), got ",
+               p);
+  }
 };
 
 template <class T>

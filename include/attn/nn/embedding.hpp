@@ -62,6 +62,7 @@ class Embedding : public Module<T> {
   /// discrete, so there is no input gradient to return. Serial on purpose: repeated ids make the
   /// scatter-add a race, and a fixed order keeps the sum bit-reproducible.
   void backward(const Tensor<T>& dy) {
+    ATTN_CHECK(y_.rank() >= 1, Error, "Embedding::backward: needs a forward first");
     ATTN_CHECK(dy.shape() == y_.shape(), ShapeError, "Embedding::backward: expected dy of shape ",
                y_.shape(), ", got ", dy.shape());
     auto g = weight.grad.matrix();
@@ -70,6 +71,11 @@ class Embedding : public Module<T> {
     for (Index n = 0; n < d.rows(); ++n) {
       const TokenId id = ids_.data()[n];
       if (id == padding_idx_) continue;
+      // The ids are forward's handle: a caller that refilled that buffer since could put any id
+      // here.
+      ATTN_CHECK(id >= 0 && id < vocab_, IndexError, "Embedding::backward: token id ", id,
+                 " at position ", n, " is outside [0, ", vocab_,
+                 ") (the ids given to forward changed since)");
       g.row(id) += d.row(n) * scale;
     }
   }

@@ -38,6 +38,12 @@ struct KVCache {
   Index batch() const { return allocated() ? keys.size(0) : 0; }
   Index capacity() const { return allocated() ? keys.size(1) : 0; }
 
+  /// `length` is a public field: ShapeError unless it is in [0, capacity], naming `who`.
+  void check_length(const char* who) const {
+    ATTN_CHECK(length >= 0 && length <= capacity(), ShapeError, who, ": length ", length,
+               " outside [0, capacity ", capacity(), "]");
+  }
+
   /// Row b takes the content of row rows[b] (rows may repeat or drop rows), positions
   /// [0, length): what a beam search does when hypothesis b extends the old hypothesis rows[b].
   void reorder(const std::vector<Index>& rows) {
@@ -46,6 +52,7 @@ struct KVCache {
     for (Index r : rows)
       ATTN_CHECK(r >= 0 && r < batch(), IndexError, "KVCache::reorder: row ", r,
                  " out of range [0, ", batch(), ")");
+    check_length("KVCache::reorder");
     reorder(keys, rows);
     reorder(values, rows);
   }
@@ -55,6 +62,14 @@ struct KVCache {
   /// cache's storage when it has the rows and the room, else takes from's capacity.
   void gather(const KVCache& from, const std::vector<Index>& rows) {
     ATTN_CHECK(from.allocated(), ShapeError, "KVCache::gather: the source cache is not allocated");
+    from.check_length("KVCache::gather (the source)");
+    // A copy of a cache is a handle to its storage: gathering from it overwrote rows still to be
+    // read (and allocate() could replace the storage first).
+    ATTN_CHECK(!keys.shares_storage(from.keys) && !values.shares_storage(from.values) &&
+                   !keys.shares_storage(from.values) && !values.shares_storage(from.keys),
+               ConfigError,
+               "KVCache::gather: the source shares this cache's storage; reorder() rearranges a "
+               "cache's own rows");
     for (Index r : rows)
       ATTN_CHECK(r >= 0 && r < from.batch(), IndexError, "KVCache::gather: row ", r,
                  " out of range [0, ", from.batch(), ")");

@@ -53,6 +53,7 @@ class LayerNorm : public Module<T> {
                "LayerNorm: expected input [..., ", d_, "], got ", x.shape());
     ATTN_CHECK(f.shape() == x.shape(), ShapeError, "LayerNorm::forward_residual: expected f of ",
                "shape ", x.shape(), ", got ", f.shape());
+    drop.check("LayerNorm::forward_residual");
     const Index rows = x.numel() / d_;
     sum_.resize(x.shape());
     x_ = sum_;
@@ -67,6 +68,7 @@ class LayerNorm : public Module<T> {
 
   /// dy [..., D] -> dx [..., D]; accumulates weight.grad and bias.grad.
   const Tensor<T>& backward(const Tensor<T>& dy) {
+    ATTN_CHECK(y_.rank() >= 1, Error, "LayerNorm::backward: needs a forward first");
     ATTN_CHECK(dy.shape() == y_.shape(), ShapeError, "LayerNorm::backward: expected dy of shape ",
                y_.shape(), ", got ", dy.shape());
     dx_.resize(x_.shape());

@@ -162,6 +162,7 @@ class MultiHeadAttention : public Module<T> {
         cache.allocated() && cache.batch() == B && cache.keys.size(2) == d_, ShapeError,
         "MultiHeadAttention::forward_self_step: expected a cache allocated for [B, *, D] = [", B,
         ", *, ", d_, "], got keys ", cache.keys.shape());
+    cache.check_length("MultiHeadAttention::forward_self_step");
     ATTN_CHECK(cache.length < cache.capacity(), ShapeError,
                "MultiHeadAttention::forward_self_step: cache full, capacity ", cache.capacity(),
                " positions");
@@ -180,7 +181,10 @@ class MultiHeadAttention : public Module<T> {
     const Index S = cache.length;
     attn_.resize({B, 1, d_});
     lse_.resize({B, h_, 1});
-    if (keep_weights_) weights_.resize({B, h_, 1, S});
+    if (keep_weights_) {
+      weights_.resize({B, h_, 1, S});
+      weights_current_ = true;
+    }
     const kernels::AttentionShape one{1, h_, 1, S, k_};
     const AttentionMask<T> all;
     // The sentences in parallel (each call then runs on its thread): one sentence's heads are too
@@ -224,7 +228,10 @@ class MultiHeadAttention : public Module<T> {
     shape_ = {B, h_, Tq, S, k_};
     attn_.resize({B, Tq, d_});
     lse_.resize({B, h_, Tq});
-    if (keep_weights_) weights_.resize({B, h_, Tq, S});
+    if (keep_weights_) {
+      weights_.resize({B, h_, Tq, S});
+      weights_current_ = true;
+    }
     dispatch_forward(attn_.data(), d_, lse_.data(), keep_weights_ ? weights_.data() : nullptr,
                      q_.data(), d_, cache.keys.data(), d_, cache.values.data(), d_, shape_, mask,
                      {});
@@ -232,7 +239,10 @@ class MultiHeadAttention : public Module<T> {
   }
 
   /// Whether later forwards store the attention weights (off by default: they cost B*H*T*S).
-  void keep_attention_weights(bool keep) { keep_weights_ = keep; }
+  void keep_attention_weights(bool keep) {
+    if (keep && !keep_weights_) weights_current_ = false;  // none kept until the next forward
+    keep_weights_ = keep;
+  }
   bool keeps_attention_weights() const { return keep_weights_; }
 
   /// [B, H, T, S] softmax probabilities (before dropout) of the last forward; rows of blocked
@@ -242,7 +252,7 @@ class MultiHeadAttention : public Module<T> {
                "MultiHeadAttention::attention_weights: not kept; call keep_attention_weights(true) "
                "before forward");
     ATTN_CHECK(
-        weights_.rank() == 4, Error,
+        weights_current_, Error,
         "MultiHeadAttention::attention_weights: no forward since keep_attention_weights(true)");
     return weights_;
   }
@@ -302,7 +312,10 @@ class MultiHeadAttention : public Module<T> {
                    const kernels::AttentionDropout& dropout) {
     attn_.resize({shape_.batch, shape_.queries, d_});
     lse_.resize({shape_.batch, h_, shape_.queries});
-    if (keep_weights_) weights_.resize({shape_.batch, h_, shape_.queries, shape_.keys});
+    if (keep_weights_) {
+      weights_.resize({shape_.batch, h_, shape_.queries, shape_.keys});
+      weights_current_ = true;
+    }
     dispatch_forward(attn_.data(), d_, lse_.data(), keep_weights_ ? weights_.data() : nullptr, q,
                      ldq, k, ldk, v, ldv, shape_, mask_, dropout);
   }
@@ -334,6 +347,7 @@ class MultiHeadAttention : public Module<T> {
   }
 
   bool keep_weights_ = false;
+  bool weights_current_ = false;  // weights_ holds a forward's since keep_attention_weights(true)
   Mode mode_ = Mode::None;
   std::shared_ptr<RandomState> state_;
   kernels::AttentionDropout dropout_;  // p and key of the last forward, kept for backward

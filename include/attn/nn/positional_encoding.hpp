@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "attn/nn/layer_options.hpp"  // ConfigLimits
@@ -124,9 +126,14 @@ class LearnedPositionalEmbedding : public Module<T> {
   const Tensor<T>& forward(const Tensor<T>& x, Index start = 0) {
     detail::check_positional_input(x, d_, "LearnedPositionalEmbedding");
     const Index B = x.size(0), L = x.size(1);
-    ATTN_CHECK(start >= 0 && start + L <= max_len_, IndexError,
-               "LearnedPositionalEmbedding: positions [", start, ", ", start + L, ") (length ", L,
-               " from start ", start, ") exceed max_len ", max_len_);
+    // Compared without start + L, which overflows for a start near Index's limit; the message's
+    // end is computed in unsigned arithmetic for a start >= 0, where it cannot overflow.
+    ATTN_CHECK(start >= 0 && start <= max_len_ - L, IndexError,
+               "LearnedPositionalEmbedding: positions [", start, ", ",
+               start < 0 ? std::to_string(start + L)
+                         : std::to_string(static_cast<std::uint64_t>(start) +
+                                          static_cast<std::uint64_t>(L)),
+               ") (length ", L, " from start ", start, ") exceed max_len ", max_len_);
     start_ = start;
     y_.resize(x.shape());
     const auto pe = weight.value.matrix().middleRows(start, L);

@@ -50,9 +50,15 @@ class Adam {
                "Adam: weight_decay must be >= 0 and within the parameters' type, got ",
                opt_.weight_decay);
     std::unordered_map<std::string, int> seen;
-    for (const auto& p : params_) {
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      const auto& p = params_[k];
       ATTN_CHECK(seen.emplace(p.name, 0).second, ConfigError, "Adam: parameter name '", p.name,
                  "' appears twice");
+      ATTN_CHECK(p.value.rank() >= 1 || p.value.data() != nullptr, ConfigError, "Adam: parameter ",
+                 p.name, " has no storage (it was never allocated)");
+      for (std::size_t j = 0; j < k; ++j)  // a tensor listed twice was updated twice per step
+        ATTN_CHECK(!overlap(p.value, params_[j].value), ConfigError, "Adam: parameters ",
+                   params_[j].name, " and ", p.name, " share elements");
       ATTN_CHECK(p.grad.shape() == p.value.shape(), ShapeError, "Adam: parameter ", p.name,
                  " has value ", p.value.shape(), " but grad ", p.grad.shape());
       exp_avg_.emplace_back(p.value.shape());
@@ -64,6 +70,8 @@ class Adam {
   void step(double lr) {
     ATTN_CHECK(std::isfinite(lr) && lr >= 0, ConfigError, "Adam: lr must be finite and >= 0, got ",
                lr);
+    ATTN_CHECK(steps_ < kMaxSteps, ConfigError, "Adam: ", steps_,
+               " steps taken, the most it counts");
     const double t = static_cast<double>(steps_ + 1);
     const double step_size = lr / (1 - std::pow(opt_.beta1, t));
     ATTN_CHECK(detail::fits_in<T>(step_size), ConfigError, "Adam: lr ", lr, " gives step ", t,
@@ -88,6 +96,10 @@ class Adam {
     for (auto& p : params_) parallel_zero(p.grad.data(), p.grad.numel());
   }
 
+  /// The most updates counted: the bias corrections take t in double, exact to 2^53 (a count near
+  /// Index's limit overflowed at the next step).
+  static constexpr Index kMaxSteps = Index(1) << 53;
+
   /// Updates taken so far (t of the bias correction).
   Index steps() const { return steps_; }
   const AdamOptions& options() const { return opt_; }
@@ -106,7 +118,8 @@ class Adam {
 
   /// Restores the state written by state() (copied in; every name required, shapes checked).
   void load_state(const std::vector<NamedTensor<T>>& state, Index steps) {
-    ATTN_CHECK(steps >= 0, ConfigError, "Adam::load_state: steps must be >= 0, got ", steps);
+    ATTN_CHECK(steps >= 0 && steps <= kMaxSteps, ConfigError,
+               "Adam::load_state: steps must be in [0, ", kMaxSteps, "], got ", steps);
     std::unordered_map<std::string, const Tensor<T>*> by_name;
     for (const auto& s : state) by_name[s.name] = &s.value;
     ATTN_CHECK(by_name.size() == 2 * params_.size(), ConfigError, "Adam::load_state: expected ",
@@ -127,6 +140,13 @@ class Adam {
   }
 
  private:
+  /// Whether two parameters' elements meet (parameters may be views of one buffer: disjoint views
+  /// are accepted, a tensor listed twice or overlapping views are not).
+  static bool overlap(const Tensor<T>& a, const Tensor<T>& b) {
+    return !a.empty() && !b.empty() && a.shares_storage(b) && a.data() < b.data() + b.numel() &&
+           b.data() < a.data() + a.numel();
+  }
+
   std::vector<NamedParameter<T>> params_;
   AdamOptions opt_;
   std::vector<Tensor<T>> exp_avg_;     // m, one per parameter, the parameter's shape

@@ -53,6 +53,8 @@ void check_checkpoint_tensor(const SafetensorsFile& file, const std::string& nam
   const TensorInfo& ti = file.info(name);
   ATTN_CHECK(ti.dtype == dtype_of<T>(), FormatError, "checkpoint tensor ", name,
              ": expected dtype ", dtype_of<T>(), ", file has ", ti.dtype, " (", file.path(), ")");
+  ATTN_CHECK(dst.rank() >= 1 || dst.data() != nullptr, ConfigError, "checkpoint tensor ", name,
+             ": the parameter it would be read into has no storage (it was never allocated)");
   ATTN_CHECK(ti.shape == dst.shape().to_vector(), FormatError, "checkpoint tensor ", name,
              ": expected shape ", dst.shape(), ", file has ", shape_str(ti.shape), " (",
              file.path(), ")");

@@ -107,6 +107,9 @@ class LabelSmoothedCrossEntropy {
                "LabelSmoothedCrossEntropy: expected logits [..., V] of rank >= 2, got ",
                logits.shape());
     const Index V = logits.size(logits.rank() - 1);
+    ATTN_CHECK(V >= 1, ShapeError,
+               "LabelSmoothedCrossEntropy: expected logits [..., V] with V >= 1, got ",
+               logits.shape());
     const Shape expected(logits.shape().begin(), logits.shape().end() - 1);
     ATTN_CHECK(targets.shape() == expected, ShapeError, "LabelSmoothedCrossEntropy: logits ",
                logits.shape(), " need targets of shape ", expected, ", got ", targets.shape());

@@ -147,12 +147,23 @@ inline AtomicWriteResult save_safetensors(const std::string& path,
                "save_safetensors: invalid tensor name '", t.name, "'");
     ATTN_CHECK(seen.insert(t.name).second, ConfigError, "save_safetensors: tensor name '", t.name,
                "' appears twice");
+    // The reader's rule (checked_tensor_info): the product of the non-zero extents, times 8,
+    // fits in size_t. A product that wrapped (to 0 for [2^62, 4]) wrote a file it refuses.
     std::size_t numel = 1;
+    bool has_zero = false;
     for (Index d : t.shape) {
       ATTN_CHECK(d >= 0, ShapeError, "save_safetensors: tensor ", t.name,
                  " has negative extent in ", shape_str(t.shape));
+      if (d == 0) {
+        has_zero = true;
+        continue;
+      }
+      ATTN_CHECK(numel <= std::numeric_limits<std::size_t>::max() / 8 / static_cast<std::size_t>(d),
+                 ShapeError, "save_safetensors: tensor ", t.name, " of shape ", shape_str(t.shape),
+                 " is too large");
       numel *= static_cast<std::size_t>(d);
     }
+    if (has_zero) numel = 0;
     ATTN_CHECK(numel * dtype_size(t.dtype) == t.nbytes, ShapeError, "save_safetensors: tensor ",
                t.name, " of dtype ", t.dtype, " and shape ", shape_str(t.shape), " needs ",
                numel * dtype_size(t.dtype), " bytes, got ", t.nbytes);
