@@ -2,6 +2,7 @@
 // crash, hang, overflow or answer wrongly in silence, each now an attn::Error naming what was
 // expected and what came. Their neighbours that already behaved are in the topic files.
 #include <attn/attn.hpp>
+#include <attn/train/checkpoint.hpp>
 #include <attn/train/safetensors.hpp>
 
 #include <climits>
@@ -260,6 +261,24 @@ TEST_F(ApiEdgesFiles, SaveSafetensorsRefusesAShapeItsReaderRefuses) {
   EXPECT_FALSE(std::filesystem::exists(file));
   EXPECT_NO_THROW(save_safetensors(file, {bytes_entry("x", Dtype::F32, {Index(1) << 40, 0}, {})}));
   EXPECT_EQ(load_safetensors(file).info("x").shape, (std::vector<Index>{Index(1) << 40, 0}));
+}
+
+TEST_F(ApiEdgesFiles, LoadModelRefusesAParameterThatWasNeverAllocated) {
+  // Its empty shape equals a scalar tensor's in the file: the copy wrote 4 bytes through a null
+  // pointer.
+  const std::string file = path("scalar.safetensors");
+  const Tensor<float> scalar = Tensor<float>::full(Shape{}, 1.5f);
+  save_safetensors(file, {tensor_entry("w", scalar)});
+  Parameter<float> never_allocated;
+  EXPECT_EQ(error_of<ConfigError>([&] {
+              load_model<float>(file, {{"w", never_allocated.value, never_allocated.grad}});
+            }),
+            "checkpoint tensor w: the parameter it would be read into has no storage (it was "
+            "never allocated)");
+  Parameter<float> allocated;
+  allocated.allocate(Shape{});
+  EXPECT_NO_THROW(load_model<float>(file, {{"w", allocated.value, allocated.grad}}));
+  EXPECT_EQ(allocated.value.at({}), 1.5f);
 }
 
 }  // namespace
