@@ -3,9 +3,9 @@
 // kernel into NaN-filled outputs, and the comparisons the tests make of their results.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <attn/kernels/attention.hpp>
 #include <attn/kernels/attention_naive.hpp>
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
