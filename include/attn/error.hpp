@@ -108,3 +108,15 @@ bool fits_in(double v) {
 #include <cassert>
 #define ATTN_ASSERT(cond) assert(cond)
 #endif
+
+namespace attn::detail {
+
+/// ConfigError unless `p` is in [0, 1): a drop probability, a smoothing, a decay or one of Adam's
+/// betas. The message is "who: name must be in [0, 1), got p" ("name must ..." for an empty
+/// `who`). NaN fails too (p >= 0 is false for it): taken for 0, it meant no dropout in silence.
+inline void check_probability(const char* who, const char* name, double p) {
+  ATTN_CHECK(p >= 0 && p < 1, ConfigError, who, *who != '\0' ? ": " : "", name,
+             " must be in [0, 1), got ", p);
+}
+
+}  // namespace attn::detail

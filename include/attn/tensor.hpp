@@ -200,6 +200,9 @@ class Tensor {
   /// Elements held: 0 for a tensor without storage (default-constructed), even of rank 0.
   Index numel() const { return storage_ ? shape_.numel() : 0; }
   bool empty() const { return numel() == 0; }
+  /// Whether the tensor was ever allocated (a default-constructed one was not; a zero-size one
+  /// made from a shape was).
+  bool has_storage() const { return storage_ != nullptr; }
 
   T* data() { return storage_ ? storage_->data + offset_ : nullptr; }
   const T* data() const { return storage_ ? storage_->data + offset_ : nullptr; }

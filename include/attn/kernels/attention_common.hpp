@@ -95,8 +95,7 @@ void check_attention(const char* who, const AttentionShape& s, const AttentionMa
   for (const auto& l : lds)
     ATTN_CHECK(l.ld >= width, ShapeError, who, ": expected ", l.name, " >= H*K = ", s.heads, "*",
                s.head_dim, " = ", width, ", got ", l.ld);
-  ATTN_CHECK(dropout.p >= 0.0 && dropout.p < 1.0, ConfigError, who,
-             ": dropout probability must be in [0, 1), got ", dropout.p);
+  attn::detail::check_probability(who, "dropout probability", dropout.p);
   mask.check(s.batch, s.queries, s.keys);
 }
 

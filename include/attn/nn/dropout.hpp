@@ -24,17 +24,14 @@ struct DropoutMask {
 
   /// ConfigError unless p is in [0, 1), naming `who` (p >= 1 zeroed every output, and NaN or a
   /// negative p was taken for no dropout, in silence).
-  void check(const char* who) const {
-    ATTN_CHECK(p >= 0 && p < 1, ConfigError, who, ": dropout probability must be in [0, 1), got ",
-               p);
-  }
+  void check(const char* who) const { detail::check_probability(who, "dropout probability", p); }
 };
 
 template <class T>
 class Dropout : public Module<T> {
  public:
   explicit Dropout(double p) : p_(p), state_(std::make_shared<RandomState>()) {
-    ATTN_CHECK(p >= 0.0 && p < 1.0, ConfigError, "Dropout: p must be in [0, 1), got ", p);
+    detail::check_probability("Dropout", "p", p);
   }
 
   /// x [...] -> y [...]. In evaluation mode or with p = 0 the result is a handle to x itself.

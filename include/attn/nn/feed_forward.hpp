@@ -68,8 +68,7 @@ class FeedForward : public Module<T> {
   static Index validated(Index d_model, Index d_ff, double relu_dropout) {
     ATTN_CHECK(d_model > 0, ConfigError, "FeedForward: d_model must be > 0, got ", d_model);
     ATTN_CHECK(d_ff > 0, ConfigError, "FeedForward: d_ff must be > 0, got ", d_ff);
-    ATTN_CHECK(relu_dropout >= 0.0 && relu_dropout < 1.0, ConfigError,
-               "FeedForward: relu_dropout must be in [0, 1), got ", relu_dropout);
+    detail::check_probability("FeedForward", "relu_dropout", relu_dropout);
     return d_model;
   }
 

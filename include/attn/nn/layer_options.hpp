@@ -61,7 +61,7 @@ void check_field(const char* name, const V& value, FieldRule rule) {
         ATTN_CHECK(value >= 0, ConfigError, name, " must be >= 0, got ", value);
         break;
       case FieldRule::probability:
-        ATTN_CHECK(value >= 0 && value < 1, ConfigError, name, " must be in [0, 1), got ", value);
+        detail::check_probability("", name, value);
         break;
     }
   }

@@ -281,8 +281,7 @@ class MultiHeadAttention : public Module<T> {
                "MultiHeadAttention: d_model and heads must be > 0, got ", d_model, " and ", heads);
     ATTN_CHECK(d_model % heads == 0, ConfigError, "d_model (", d_model,
                ") must be divisible by heads (", heads, ")");
-    ATTN_CHECK(p >= 0.0 && p < 1.0, ConfigError,
-               "MultiHeadAttention: attention_dropout must be in [0, 1), got ", p);
+    detail::check_probability("MultiHeadAttention", "attention_dropout", p);
     return d_model;
   }
 

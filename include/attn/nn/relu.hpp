@@ -29,7 +29,7 @@ class ReLU : public Module<T> {
 
   /// dy [...] -> dx [...] = dy where y > 0, else 0.
   const Tensor<T>& backward(const Tensor<T>& dy) {
-    ATTN_CHECK(out_.rank() >= 1 || !out_.empty(), Error, "ReLU::backward: needs a forward first");
+    ATTN_CHECK(out_.has_storage(), Error, "ReLU::backward: needs a forward first");
     ATTN_CHECK(dy.shape() == out_.shape(), ShapeError, "ReLU::backward: expected dy of shape ",
                out_.shape(), ", got ", dy.shape());
     dx_.resize(dy.shape());

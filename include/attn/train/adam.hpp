@@ -39,10 +39,8 @@ class Adam {
   /// Holds handles to `params` (values updated in place, grads read); one m and one v each.
   explicit Adam(std::vector<NamedParameter<T>> params, AdamOptions options = {})
       : params_(std::move(params)), opt_(options) {
-    ATTN_CHECK(opt_.beta1 >= 0 && opt_.beta1 < 1, ConfigError,
-               "Adam: beta1 must be in [0, 1), got ", opt_.beta1);
-    ATTN_CHECK(opt_.beta2 >= 0 && opt_.beta2 < 1, ConfigError,
-               "Adam: beta2 must be in [0, 1), got ", opt_.beta2);
+    detail::check_probability("Adam", "beta1", opt_.beta1);
+    detail::check_probability("Adam", "beta2", opt_.beta2);
     ATTN_CHECK(
         opt_.eps > 0 && detail::fits_in<T>(opt_.eps) && static_cast<T>(opt_.eps) > 0, ConfigError,
         "Adam: eps must be > 0, finite and still > 0 in the parameters' type, got ", opt_.eps);
@@ -54,8 +52,8 @@ class Adam {
       const auto& p = params_[k];
       ATTN_CHECK(seen.emplace(p.name, 0).second, ConfigError, "Adam: parameter name '", p.name,
                  "' appears twice");
-      ATTN_CHECK(p.value.rank() >= 1 || p.value.data() != nullptr, ConfigError, "Adam: parameter ",
-                 p.name, " has no storage (it was never allocated)");
+      ATTN_CHECK(p.value.has_storage(), ConfigError, "Adam: parameter ", p.name,
+                 " has no storage (it was never allocated)");
       for (std::size_t j = 0; j < k; ++j)  // a tensor listed twice was updated twice per step
         ATTN_CHECK(!overlap(p.value, params_[j].value), ConfigError, "Adam: parameters ",
                    params_[j].name, " and ", p.name, " share elements");

@@ -96,8 +96,7 @@ class ExponentialMovingAverage {
  public:
   ExponentialMovingAverage(std::vector<NamedParameter<T>> params, double decay)
       : params_(std::move(params)), decay_(decay) {
-    ATTN_CHECK(decay >= 0 && decay < 1, ConfigError,
-               "ExponentialMovingAverage: decay must be in [0, 1), got ", decay);
+    detail::check_probability("ExponentialMovingAverage", "decay", decay);
     for (const auto& p : params_) shadow_.push_back(p.value.clone());
   }
 

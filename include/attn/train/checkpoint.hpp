@@ -53,7 +53,7 @@ void check_checkpoint_tensor(const SafetensorsFile& file, const std::string& nam
   const TensorInfo& ti = file.info(name);
   ATTN_CHECK(ti.dtype == dtype_of<T>(), FormatError, "checkpoint tensor ", name,
              ": expected dtype ", dtype_of<T>(), ", file has ", ti.dtype, " (", file.path(), ")");
-  ATTN_CHECK(dst.rank() >= 1 || dst.data() != nullptr, ConfigError, "checkpoint tensor ", name,
+  ATTN_CHECK(dst.has_storage(), ConfigError, "checkpoint tensor ", name,
              ": the parameter it would be read into has no storage (it was never allocated)");
   ATTN_CHECK(ti.shape == dst.shape().to_vector(), FormatError, "checkpoint tensor ", name,
              ": expected shape ", dst.shape(), ", file has ", shape_str(ti.shape), " (",
@@ -104,7 +104,7 @@ inline std::uint64_t parse_u64(const SafetensorsFile& file, const std::string& k
 /// The most updates a training checkpoint may record: the learning-rate schedule and Adam's bias
 /// corrections count them in double, exact to 2^53, and a count near Index's limit (accepted
 /// until session 41) overflowed at the next update.
-inline constexpr std::uint64_t kMaxCheckpointSteps = std::uint64_t{1} << 53;
+inline constexpr auto kMaxCheckpointSteps = static_cast<std::uint64_t>(Adam<float>::kMaxSteps);
 
 /// FormatError naming `path` unless every element of Adam's moment `m` is finite, and a second
 /// moment (exp_avg_sq) also >= 0: a checkpoint with such a state resumed, and its first update

@@ -62,8 +62,7 @@ class LabelSmoothedCrossEntropy {
   /// smoothing in [0, 1); pad_id is the target id to ignore (any value, as PyTorch's
   /// ignore_index: -100 ignores nothing that a vocabulary can hold).
   LabelSmoothedCrossEntropy(double smoothing, TokenId pad_id) : eps_(smoothing), pad_id_(pad_id) {
-    ATTN_CHECK(smoothing >= 0 && smoothing < 1, ConfigError,
-               "label smoothing must be in [0, 1), got ", smoothing);
+    detail::check_probability("", "label smoothing", smoothing);
   }
 
   /// logits [..., V] (e.g. [B, T, V] or [N, V]), targets [...] (the logits' shape without V).
