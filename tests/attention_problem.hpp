@@ -17,7 +17,6 @@
 namespace attn {
 namespace testing {
 
-using kernels::AttentionDropout;
 using kernels::AttentionShape;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -29,7 +28,7 @@ struct Problem {
   Index ldq = 0, ldk = 0, ldv = 0, ldo = 0;
   Tensor<T> q, k, v, dout;
   AttentionMask<T> mask;
-  AttentionDropout dropout;
+  DropoutMask dropout;
   T scale = 1;
 };
 

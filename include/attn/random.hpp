@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -16,6 +17,18 @@ namespace attn {
 inline constexpr std::uint64_t kSplitMixGamma = 0x9e3779b97f4a7c15ULL;  // 2^64 / golden ratio
 inline constexpr std::uint64_t kMix64Multiplier1 = 0xbf58476d1ce4e5b9ULL;
 inline constexpr std::uint64_t kMix64Multiplier2 = 0x94d049bb133111ebULL;
+
+/// 64-bit FNV-1a (Fowler, Noll and Vo): start from kFnv1aOffset and fold bytes in with fnv1a.
+/// Fingerprints of files, batches and parameters use it; it is fixed across platforms.
+inline constexpr std::uint64_t kFnv1aOffset = 0xcbf29ce484222325ULL;
+inline constexpr std::uint64_t kFnv1aPrime = 0x100000001b3ULL;
+
+/// h with the n bytes at `data` folded in, one at a time.
+inline std::uint64_t fnv1a(std::uint64_t h, const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnv1aPrime;
+  return h;
+}
 
 /// SplitMix64's finaliser: a bijective 64-bit mix with good avalanche.
 inline std::uint64_t mix64(std::uint64_t z) {
@@ -38,6 +51,22 @@ inline std::uint32_t draw_bits(std::uint64_t key, std::uint64_t i) {
 inline double uniform_at(std::uint64_t key, std::uint64_t i) {
   return static_cast<double>(draw_bits(key, i)) * 0x1.0p-32;
 }
+
+/// An inverted dropout's mask over a tensor: element i (its row-major index) is dropped iff
+/// uniform_at(key, i) < p, the kept ones scaled by 1 / (1 - p); p = 0 is no dropout. Backward
+/// regenerates the mask from (p, key) instead of storing it, and it does not depend on how a loop
+/// is split across threads. What a fused kernel needs to apply a Dropout's mask itself
+/// (nn/dropout.hpp), and what attention applies to its weights [B, H, T, S].
+struct DropoutMask {
+  double p = 0;
+  std::uint64_t key = 0;
+
+  bool keeps(std::uint64_t i) const { return uniform_at(key, i) >= p; }
+
+  /// ConfigError unless p is in [0, 1), naming `who` (p >= 1 zeroed every output, and NaN or a
+  /// negative p was taken for no dropout, in silence).
+  void check(const char* who) const { detail::check_probability(who, "dropout probability", p); }
+};
 
 /// A sequential generator; its whole state is (seed, counter).
 class Rng {

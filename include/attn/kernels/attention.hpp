@@ -40,8 +40,7 @@ namespace attn::kernels {
 template <class T>
 void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index ldq, const T* k,
                        Index ldk, const T* v, Index ldv, const AttentionShape& shape,
-                       const AttentionMask<T>& mask, T scale,
-                       const AttentionDropout& dropout = {}) {
+                       const AttentionMask<T>& mask, T scale, const DropoutMask& dropout = {}) {
   detail::check_attention("attention_forward", shape, mask, dropout,
                           {{"ldq", ldq}, {"ldk", ldk}, {"ldv", ldv}, {"ldo", ldo}});
   const Index S = shape.keys;
@@ -89,7 +88,7 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
                         Index lddo, const T* q, Index ldq, const T* k, Index ldk, const T* v,
                         Index ldv, const T* out, Index ldo, const T* lse,
                         const AttentionShape& shape, const AttentionMask<T>& mask, T scale,
-                        const AttentionDropout& dropout = {}) {
+                        const DropoutMask& dropout = {}) {
   detail::check_attention_backward("attention_backward", shape, mask, dropout, lddq, lddk, lddv,
                                    lddo, ldq, ldk, ldv, ldo);
   const Index S = shape.keys;

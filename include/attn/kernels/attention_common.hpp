@@ -23,14 +23,9 @@ struct AttentionShape {
   Index batch, heads, queries /*T*/, keys /*S*/, head_dim /*K*/;
 };
 
-/// Optional dropout on the attention weights (after softmax, before multiplying V), inverted
-/// (kept weights scaled by 1/(1-p)). Element (b,h,t,s) is dropped iff
-/// uniform_at(key, ((b*H + h)*T + t)*S + s) < p, so backward regenerates the same mask without
-/// storing it, and the mask does not depend on the thread count.
-struct AttentionDropout {
-  double p = 0.0;
-  std::uint64_t key = 0;
-};
+// Dropout on the attention weights (after softmax, before multiplying V) is a DropoutMask
+// (random.hpp) over the weights [B, H, T, S]: weight (b,h,t,s) is dropped iff
+// uniform_at(key, ((b*H + h)*T + t)*S + s) < p.
 
 namespace detail {
 
@@ -72,11 +67,6 @@ struct AttentionHead {
   }
 };
 
-/// True when attention weight `index` (the flat (b,h,t,s) index above) survives dropout.
-inline bool attention_keeps(const AttentionDropout& d, std::uint64_t index) {
-  return uniform_at(d.key, index) >= d.p;
-}
-
 /// A leading dimension and its parameter name, for the messages of check_attention.
 struct LeadingDim {
   const char* name;
@@ -87,7 +77,7 @@ struct LeadingDim {
 /// calling kernel in the message.
 template <class T>
 void check_attention(const char* who, const AttentionShape& s, const AttentionMask<T>& mask,
-                     const AttentionDropout& dropout, std::initializer_list<LeadingDim> lds) {
+                     const DropoutMask& dropout, std::initializer_list<LeadingDim> lds) {
   ATTN_CHECK(s.batch >= 0 && s.heads >= 0 && s.queries >= 0 && s.keys >= 0 && s.head_dim >= 0,
              ShapeError, who, ": sizes must be >= 0, got [B, H, T, S, K] = [", s.batch, ", ",
              s.heads, ", ", s.queries, ", ", s.keys, ", ", s.head_dim, "]");
@@ -95,16 +85,16 @@ void check_attention(const char* who, const AttentionShape& s, const AttentionMa
   for (const auto& l : lds)
     ATTN_CHECK(l.ld >= width, ShapeError, who, ": expected ", l.name, " >= H*K = ", s.heads, "*",
                s.head_dim, " = ", width, ", got ", l.ld);
-  attn::detail::check_probability(who, "dropout probability", dropout.p);
+  dropout.check(who);
   mask.check(s.batch, s.queries, s.keys);
 }
 
 /// check_attention with the eight leading dimensions every backward kernel takes.
 template <class T>
 void check_attention_backward(const char* who, const AttentionShape& s,
-                              const AttentionMask<T>& mask, const AttentionDropout& dropout,
-                              Index lddq, Index lddk, Index lddv, Index lddo, Index ldq, Index ldk,
-                              Index ldv, Index ldo) {
+                              const AttentionMask<T>& mask, const DropoutMask& dropout, Index lddq,
+                              Index lddk, Index lddv, Index lddo, Index ldq, Index ldk, Index ldv,
+                              Index ldo) {
   check_attention(who, s, mask, dropout,
                   {{"lddq", lddq},
                    {"lddk", lddk},

@@ -41,10 +41,10 @@ RowMatrix<T> naive_probabilities(T* lse_bh, const T* q, Index ldq, const T* k, I
 }
 
 /// x * M / (1 - p) for a [T, S] matrix x of the head (P in forward, dPd in backward), with the
-/// flat index of AttentionDropout written out here rather than taken from the fast kernel.
+/// flat (b,h,t,s) index of the weights written out here rather than taken from the fast kernel.
 template <class T>
 RowMatrix<T> naive_dropped(const RowMatrix<T>& x, const AttentionHead& head,
-                           const AttentionDropout& dropout) {
+                           const DropoutMask& dropout) {
   if (dropout.p == 0.0) return x;
   const AttentionShape& shape = head.shape;
   RowMatrix<T> xd(x.rows(), x.cols());
@@ -53,7 +53,7 @@ RowMatrix<T> naive_dropped(const RowMatrix<T>& x, const AttentionHead& head,
     for (Index s = 0; s < x.cols(); ++s) {
       const auto index = static_cast<std::uint64_t>(
           ((head.b * shape.heads + head.h) * shape.queries + t) * shape.keys + s);
-      xd(t, s) = attention_keeps(dropout, index) ? x(t, s) * inv_keep : T(0);
+      xd(t, s) = dropout.keeps(index) ? x(t, s) * inv_keep : T(0);
     }
   return xd;
 }
@@ -67,7 +67,7 @@ template <class T>
 void attention_forward_naive(T* out, Index ldo, T* lse, T* weights, const T* q, Index ldq,
                              const T* k, Index ldk, const T* v, Index ldv,
                              const AttentionShape& shape, const AttentionMask<T>& mask, T scale,
-                             const AttentionDropout& dropout = {}) {
+                             const DropoutMask& dropout = {}) {
   detail::check_attention("attention_forward_naive", shape, mask, dropout,
                           {{"ldq", ldq}, {"ldk", ldk}, {"ldv", ldv}, {"ldo", ldo}});
   for (Index b = 0; b < shape.batch; ++b)
@@ -93,7 +93,7 @@ void attention_backward_naive(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index
                               Index ldk, const T* v, Index ldv, const T* out, Index ldo,
                               const T* lse, const AttentionShape& shape,
                               const AttentionMask<T>& mask, T scale,
-                              const AttentionDropout& dropout = {}) {
+                              const DropoutMask& dropout = {}) {
   (void)out;
   (void)lse;
   detail::check_attention_backward("attention_backward_naive", shape, mask, dropout, lddq, lddk,

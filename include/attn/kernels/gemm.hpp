@@ -31,6 +31,7 @@
 #include "attn/kernels/detail/gemm_slices.hpp"
 #include "attn/kernels/detail/gemm_small.hpp"
 #include "attn/kernels/dropout.hpp"
+#include "attn/kernels/epilogue.hpp"
 #include "attn/parallel.hpp"
 #include "attn/tensor.hpp"
 
@@ -132,26 +133,6 @@ inline GemmPath gemm_path() {
   return gemm_path_available(GemmPath::avx2) ? GemmPath::avx2 : GemmPath::eigen;
 }
 
-/// What attn's own GEMM applies as C is stored (the Eigen path applies it after the product).
-template <class T>
-struct Epilogue {
-  const T* bias = nullptr;  // [N] added to every row of c, or null
-  bool relu = false;        // c = max(0, c) after the bias
-  double dropout = 0;       // then dropout (kernels/dropout.hpp) with this probability and key,
-  std::uint64_t dropout_key = 0;  // element (i, j) of c being element i N + j of the mask
-  // Or (not with the above) a gate: c(i, j) = gate(i, j) > 0 ? c(i, j) gate_scale : 0, for gate
-  // [M, N] with row stride gate_stride. It is the backward of y = dropout(max(0, x)) from y (y > 0
-  // exactly where the ReLU passed and the dropout kept; gate_scale 1 / (1 - p), or 1 without
-  // dropout), applied as dx = dy W is stored instead of in two passes of its own.
-  const T* gate = nullptr;
-  Index gate_stride = 0;
-  T gate_scale = 1;
-  // And (with any of the above) a by-product: row_sums_of_a [M] += each row of a, one number at a
-  // time, k ascending, on every path and thread count. For a weight gradient dy^T x it is the
-  // bias gradient (the column sums of dy), read while a's blocks are in cache.
-  T* row_sums_of_a = nullptr;
-};
-
 namespace detail {
 
 /// The Eigen path: blocks of kGemmRowGrain-multiple rows, each a serial Eigen GEMM.
@@ -241,29 +222,27 @@ bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epi
                                         bv->col_stride};
     const double work = static_cast<double>(c.rows()) * static_cast<double>(c.cols()) *
                         static_cast<double>(a.cols());
-    const GemmEpilogue fused{epi.bias, epi.relu,        epi.dropout,    epi.dropout_key,
-                             epi.gate, epi.gate_stride, epi.gate_scale, epi.row_sums_of_a};
     // Few rows stream B from memory, and both threads' bandwidth pays from a smaller product on.
     const bool few_rows = few_row_kernels && c.rows() < kGemmPackedMinRows;
     const int threads =
         work >= (few_rows ? kGemmSmallParallelMinWork : kGemmParallelMinWork) ? num_threads() : 1;
     const bool avx512 = path == GemmPath::avx512;
-    if (few_rows && gemm_small_rows(ac, bc, *cv, accumulate, fused, threads, avx512)) {
+    if (few_rows && gemm_small_rows(ac, bc, *cv, accumulate, epi, threads, avx512)) {
       if (epi.dropout > 0)
         dropout_rows(cv->data, cv->rows, cv->cols, cv->row_stride, 0, epi.dropout, epi.dropout_key);
-      apply_gate(*cv, fused);
-      if (fused.row_sums_of_a != nullptr)
+      apply_gate(*cv, epi);
+      if (epi.row_sums_of_a != nullptr)
         (avx512 ? avx512::add_row_sums : avx2::add_row_sums)(ac, 0, ac.rows, 0, ac.cols,
-                                                             fused.row_sums_of_a);
+                                                             epi.row_sums_of_a);
       return true;
     }
     // A few rows in a layout the few-row kernels do not take: Eigen's path on AVX-512, the packed
     // kernel on AVX2 (each as before the AVX2 few-row kernels).
     if (few_rows && avx512) return false;
     if (avx512)
-      gemm_packed<Avx512Isa>(ac, bc, *cv, accumulate, fused, threads, b_lifetime);
+      gemm_packed<Avx512Isa>(ac, bc, *cv, accumulate, epi, threads, b_lifetime);
     else
-      gemm_packed<Avx2Isa>(ac, bc, *cv, accumulate, fused, threads, b_lifetime);
+      gemm_packed<Avx2Isa>(ac, bc, *cv, accumulate, epi, threads, b_lifetime);
     return true;
   }
 #endif
@@ -324,7 +303,7 @@ class ConstantWeightsScope {
   ConstantWeightsScope& operator=(const ConstantWeightsScope&) = delete;
 };
 
-/// c (=, or += when accumulate) a * b, then the epilogue (bias added to every row, ReLU), for
+/// c (=, or += when accumulate) a * b, then the epilogue (kernels/epilogue.hpp), for
 /// Eigen expressions a [M, K] and b [K, N] and a writable block c [M, N] that shares no element
 /// with a or b (ShapeError: c is written while they are read). `constant_b` says b is a weight,
 /// unchanged while a ConstantWeightsScope is open.

@@ -16,17 +16,6 @@
 
 namespace attn {
 
-/// What a fused kernel needs to apply a Dropout's mask itself: the drop probability (0 when the
-/// Dropout is the identity) and the mask key.
-struct DropoutMask {
-  double p = 0;
-  std::uint64_t key = 0;
-
-  /// ConfigError unless p is in [0, 1), naming `who` (p >= 1 zeroed every output, and NaN or a
-  /// negative p was taken for no dropout, in silence).
-  void check(const char* who) const { detail::check_probability(who, "dropout probability", p); }
-};
-
 template <class T>
 class Dropout : public Module<T> {
  public:

@@ -301,14 +301,14 @@ class MultiHeadAttention : public Module<T> {
   ConstMatrixRef<T> w_kv() const { return in_proj_weight.value.matrix().bottomRows(2 * d_); }
 
   /// The dropout of this training forward: a fresh key, remembered for backward.
-  kernels::AttentionDropout begin_dropout() {
+  DropoutMask begin_dropout() {
     dropout_ = {};
     if (this->is_training() && p_ > 0.0) dropout_ = {p_, state_->next_key()};
     return dropout_;
   }
 
   void run_forward(const T* q, Index ldq, const T* k, Index ldk, const T* v, Index ldv,
-                   const kernels::AttentionDropout& dropout) {
+                   const DropoutMask& dropout) {
     attn_.resize({shape_.batch, shape_.queries, d_});
     lse_.resize({shape_.batch, h_, shape_.queries});
     if (keep_weights_) {
@@ -321,7 +321,7 @@ class MultiHeadAttention : public Module<T> {
 
   void dispatch_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index ldq, const T* k,
                         Index ldk, const T* v, Index ldv, const kernels::AttentionShape& shape,
-                        const AttentionMask<T>& mask, const kernels::AttentionDropout& dropout) {
+                        const AttentionMask<T>& mask, const DropoutMask& dropout) {
     // Eq. 1 for every head at once: head_i = softmax(Q_i K_i^T / sqrt(d_k)) V_i, d_k = D / H.
     const T scale = T(1) / std::sqrt(T(k_));
     if (fast_)
@@ -349,13 +349,13 @@ class MultiHeadAttention : public Module<T> {
   bool weights_current_ = false;  // weights_ holds a forward's since keep_attention_weights(true)
   Mode mode_ = Mode::None;
   std::shared_ptr<RandomState> state_;
-  kernels::AttentionDropout dropout_;  // p and key of the last forward, kept for backward
-  kernels::AttentionShape shape_{};    // [B, H, T, S, K] of the last forward
-  AttentionMask<T> mask_;              // copy of the last forward's mask, kept for backward
-  Tensor<T> x_;                        // [B, T, D] query input handle, kept for dW_in
-  Tensor<T> memory_;                   // [B, S, D] memory handle (cross), kept for dW_in
-  Tensor<T> qkv_;                      // [B, L, 3D] packed Q | K | V (self), kept for backward
-  Tensor<T> q_;                        // [B, T, D] projected queries (cross), kept for backward
+  DropoutMask dropout_;              // p and key of the last forward, kept for backward
+  kernels::AttentionShape shape_{};  // [B, H, T, S, K] of the last forward
+  AttentionMask<T> mask_;            // copy of the last forward's mask, kept for backward
+  Tensor<T> x_;                      // [B, T, D] query input handle, kept for dW_in
+  Tensor<T> memory_;                 // [B, S, D] memory handle (cross), kept for dW_in
+  Tensor<T> qkv_;                    // [B, L, 3D] packed Q | K | V (self), kept for backward
+  Tensor<T> q_;                      // [B, T, D] projected queries (cross), kept for backward
   Tensor<T> kv_;       // [B, S, 2D] projected K | V of the memory (cross), kept for backward
   Tensor<T> attn_;     // [B, T, D] concatenated heads before out_proj, kept for backward
   Tensor<T> lse_;      // [B, H, T] softmax log-sum-exp, kept for backward

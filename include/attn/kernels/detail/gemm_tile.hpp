@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "attn/kernels/detail/gemm_operand.hpp"
+#include "attn/kernels/epilogue.hpp"
 
 namespace attn::kernels::detail {
 
@@ -39,16 +40,7 @@ Index depth_block(Index K, Index N, bool a_columns_in_place = false) {
 }
 
 /// What is applied to each element of C after its last block, while the tile is in registers.
-struct GemmEpilogue {
-  const float* bias = nullptr;     // [N] added to every row, or null
-  bool relu = false;               // max(0, .) after the bias
-  double dropout = 0;              // then dropout with this probability (kernels/dropout.hpp) ...
-  std::uint64_t dropout_key = 0;   // ... and key, element (i, j) being element i N + j
-  const float* gate = nullptr;     // [M, N], row stride gate_stride, or null: last, c(i, j) =
-  Index gate_stride = 0;           // gate(i, j) > 0 ? c(i, j) gate_scale : 0 (the backward of a
-  float gate_scale = 1;            // ReLU and a dropout, from their output)
-  float* row_sums_of_a = nullptr;  // [M] += each row of A summed (Epilogue in kernels/gemm.hpp)
-};
+using GemmEpilogue = Epilogue<float>;
 
 /// How a micro-kernel reads its MR rows of A over the kc steps of k: element (i, k) of the panel
 /// is at data[i * row_step + k * k_step].
