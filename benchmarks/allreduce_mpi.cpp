@@ -58,10 +58,14 @@ int main(int argc, char** argv) {
   const bool separate = argc > 4 && std::string(argv[4]) == "separate";
   attn::DataParallelOptions options;
   if (argc > 5) options.packed_in_flight = std::strtoull(argv[5], nullptr, 10);
-  attn::TransformerConfig c = preset == "tiny"   ? attn::TransformerConfig::tiny(vocab)
-                              : preset == "base" ? attn::TransformerConfig::base(vocab)
-                              : preset == "big"  ? attn::TransformerConfig::big(vocab)
-                                                 : attn::TransformerConfig::small(vocab);
+  attn::TransformerConfig c;
+  try {  // every rank reads the same arguments, so every rank ends here alike
+    c = attn::TransformerConfig::named(preset, vocab);
+  } catch (const attn::Error& e) {
+    std::fprintf(stderr, "allreduce_mpi: %s\n", e.what());
+    MPI_Finalize();
+    return 2;
+  }
   attn::Transformer<float> model(c);
   auto params = model.parameters();
   for (auto& p : params) {

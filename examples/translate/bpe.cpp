@@ -15,7 +15,7 @@
 #include <attn/train/atomic_file.hpp>
 #include <attn/train/regular_file.hpp>
 
-#include "gettext_corpus.hpp"  // stable_hash
+#include "text.hpp"
 
 namespace attn::translate {
 namespace {
@@ -196,9 +196,10 @@ std::unique_ptr<SubwordVocab::Impl> SubwordVocab::from_bytes(const std::string& 
   const auto& sp = impl->sp;
   ATTN_CHECK(sp.pad_id() == SubwordVocab::kPad && sp.unk_id() == SubwordVocab::kUnk &&
                  sp.bos_id() == SubwordVocab::kBos && sp.eos_id() == SubwordVocab::kEos,
-             FormatError, "'", path,
-             "': expected special ids pad 0, unk 1, bos 2, eos 3, found pad ", sp.pad_id(),
-             ", unk ", sp.unk_id(), ", bos ", sp.bos_id(), ", eos ", sp.eos_id());
+             FormatError, "'", path, "': expected special ids pad ", SubwordVocab::kPad, ", unk ",
+             SubwordVocab::kUnk, ", bos ", SubwordVocab::kBos, ", eos ", SubwordVocab::kEos,
+             ", found pad ", sp.pad_id(), ", unk ", sp.unk_id(), ", bos ", sp.bos_id(), ", eos ",
+             sp.eos_id());
   impl->fingerprint = {sp.GetPieceSize(), stable_hash(bytes)};
   return impl;
 }
@@ -212,10 +213,10 @@ SubwordVocab SubwordVocab::train(const std::vector<std::string>& sentences, cons
       {"model_type", "bpe"},
       {"vocab_size", std::to_string(options.vocab_size)},
       {"character_coverage", "1.0"},
-      {"pad_id", "0"},
-      {"unk_id", "1"},
-      {"bos_id", "2"},
-      {"eos_id", "3"},
+      {"pad_id", std::to_string(kPad)},
+      {"unk_id", std::to_string(kUnk)},
+      {"bos_id", std::to_string(kBos)},
+      {"eos_id", std::to_string(kEos)},
       // Identity normalisation keeps decode(encode(s)) == s, so BLEU sees the text as written.
       {"normalization_rule_name", "identity"},
       // Use every sentence in the given order: no sampling, so training is deterministic.

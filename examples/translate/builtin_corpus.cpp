@@ -10,6 +10,7 @@
 #include "debian_descriptions.hpp"
 #include "dictionary_corpus.hpp"
 #include "gettext_corpus.hpp"
+#include "text.hpp"
 
 namespace attn::translate {
 namespace {

@@ -56,7 +56,8 @@ void add_data_flags(CLI::App* train, TrainDataFlags& f) {
 void add_model_flags(CLI::App* train, TrainOptions& t) {
   train->add_option("--preset", t.preset, "model size")
       ->capture_default_str()
-      ->check(CLI::IsMember({"tiny", "small", "base", "big"}));
+      ->check(CLI::IsMember(std::vector<std::string>(std::begin(TransformerConfig::kPresetNames),
+                                                     std::end(TransformerConfig::kPresetNames))));
   train->add_option("--d-model", t.d_model, "override d_model (0: preset)")->capture_default_str();
   train->add_option("--layers", t.layers, "override encoder and decoder layers (0: preset)")
       ->capture_default_str();

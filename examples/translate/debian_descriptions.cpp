@@ -13,7 +13,7 @@
 
 #include <attn/error.hpp>
 
-#include "gettext_corpus.hpp"  // normalize_spaces
+#include "text.hpp"
 
 namespace attn::translate {
 namespace {
@@ -48,11 +48,6 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-std::size_t code_points(std::string_view s) {
-  return static_cast<std::size_t>(std::count_if(
-      s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
-}
-
 // A list item starts its own paragraph, so that lists align item by item.
 bool starts_list_item(std::string_view line) {
   return line.size() >= 2 && std::string_view("*-+o").find(line[0]) != std::string_view::npos &&
@@ -72,7 +67,7 @@ struct RecordBuilder {
     paragraph.clear();
   }
   void continuation(std::string_view line) {  // line without its leading space
-    if (!in_description) return;          // continuation of another field
+    if (!in_description) return;              // continuation of another field
     if (trim(line) == ".") return end_paragraph();
     const std::string_view text = trim(line);
     if (starts_list_item(text)) end_paragraph();
@@ -99,9 +94,10 @@ void finish_record(RecordBuilder& r, std::vector<Description>& out, DebianDescri
 
 bool is_abbreviation(std::string_view word) {
   static const std::set<std::string, std::less<>> kAbbrev = {
-      "e.g", "i.e", "etc", "vs", "cf", "approx", "incl", "dr", "mr", "mrs", "no", "z.b", "bzw",
-      "usw", "ca", "bspw", "inkl", "ggf", "evtl", "d.h", "u.a", "sog", "vgl", "nr", "engl", "u.ä"};
-  if (code_points(word) <= 1) return true;  // initials, "z. B."
+      "e.g",  "i.e", "etc", "vs",  "cf",  "approx", "incl", "dr",   "mr",
+      "mrs",  "no",  "z.b", "bzw", "usw", "ca",     "bspw", "inkl", "ggf",
+      "evtl", "d.h", "u.a", "sog", "vgl", "nr",     "engl", "u.ä"};
+  if (count_code_points(word) <= 1) return true;  // initials, "z. B."
   std::string lower(word);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return kAbbrev.count(lower) > 0;
@@ -125,7 +121,8 @@ std::string_view strip_list_marker(std::string_view s) {
 // points, once the longer side has 20 or more). Sentences paired by count alone misalign this
 // way ("It uses the gcc backend." / "Dies ist der GNU-Fortran-Compiler, der ... erzeugt.").
 bool lengths_disagree(std::string_view en, std::string_view de, double max_ratio) {
-  const double a = static_cast<double>(code_points(en)), b = static_cast<double>(code_points(de));
+  const double a = static_cast<double>(count_code_points(en)),
+               b = static_cast<double>(count_code_points(de));
   const double lo = std::min(a, b), hi = std::max(a, b);
   return hi >= 20 && hi > max_ratio * std::max(lo, 1.0);
 }
@@ -136,7 +133,7 @@ void add_pair(ParallelCorpus& out, std::string_view en, std::string_view de,
   en = strip_list_marker(en);
   de = strip_list_marker(de);
   if (en.empty() || de.empty() || en == de) return;
-  if (code_points(en) > o.max_chars || code_points(de) > o.max_chars) return;
+  if (count_code_points(en) > o.max_chars || count_code_points(de) > o.max_chars) return;
   if (en.find("://") != std::string_view::npos || de.find("://") != std::string_view::npos) {
     ++st.dropped_urls;
     return;
@@ -154,10 +151,9 @@ void add_pair(ParallelCorpus& out, std::string_view en, std::string_view de,
 std::string lz4_decompress_if_framed(std::string_view data, const std::string& name,
                                      std::size_t max_bytes) {
   static constexpr std::array<unsigned char, 4> kMagic = {0x04, 0x22, 0x4D, 0x18};
-  if (data.size() < 4 || !std::equal(kMagic.begin(), kMagic.end(), data.begin(),
-                                     [](unsigned char m, char c) {
-                                       return m == static_cast<unsigned char>(c);
-                                     }))
+  if (data.size() < 4 ||
+      !std::equal(kMagic.begin(), kMagic.end(), data.begin(),
+                  [](unsigned char m, char c) { return m == static_cast<unsigned char>(c); }))
     return std::string(data);
   LZ4F_dctx* raw = nullptr;
   ATTN_CHECK(!LZ4F_isError(LZ4F_createDecompressionContext(&raw, LZ4F_VERSION)), IOError,
@@ -172,8 +168,8 @@ std::string lz4_decompress_if_framed(std::string_view data, const std::string& n
     hint = LZ4F_decompress(dctx.get(), buffer.data(), &dst, data.data() + pos, &src, nullptr);
     ATTN_CHECK(!LZ4F_isError(hint), FormatError, "'", name, "': corrupt lz4 frame at byte ", pos,
                ": ", LZ4F_getErrorName(hint));
-    ATTN_CHECK(out.size() + dst <= max_bytes, FormatError, "'", name,
-               "' inflates to more than ", max_bytes, " bytes");
+    ATTN_CHECK(out.size() + dst <= max_bytes, FormatError, "'", name, "' inflates to more than ",
+               max_bytes, " bytes");
     out.append(buffer.data(), dst);
     pos += src;
     if (src == 0 && dst == 0) break;  // no progress: cannot happen on valid input

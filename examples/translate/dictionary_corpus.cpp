@@ -7,8 +7,8 @@
 #include <attn/error.hpp>
 #include <attn/train/regular_file.hpp>
 
-#include "corpus_io.hpp"       // is_valid_utf8
-#include "gettext_corpus.hpp"  // normalize_spaces
+#include "corpus_io.hpp"  // is_valid_utf8
+#include "text.hpp"
 
 namespace attn::translate {
 namespace {

@@ -19,17 +19,10 @@ namespace attn::translate {
 
 namespace {
 
-constexpr std::uint64_t kFnvOffset = 0xcbf29ce484222325ULL, kFnvPrime = 0x100000001b3ULL;
-
-void hash_bytes(std::uint64_t& h, const void* data, std::size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
-}
-
 void hash_ids(std::uint64_t& h, const Tensor<TokenId>& t) {
   const Index shape[2] = {t.size(0), t.size(1)};
-  hash_bytes(h, shape, sizeof shape);
-  hash_bytes(h, t.data(), static_cast<std::size_t>(t.numel()) * sizeof(TokenId));
+  h = fnv1a(h, shape, sizeof shape);
+  h = fnv1a(h, t.data(), static_cast<std::size_t>(t.numel()) * sizeof(TokenId));
 }
 
 // The longest row of `rows` in t [B, L], counting up to the last non-pad id.
@@ -62,7 +55,7 @@ std::uint64_t rank_seed(std::uint64_t seed, int rank) {
 void share_batch(const Batch& full, int rank, int ranks, Batch& out) {
   std::vector<Index> rows;
   for (Index r = rank; r < full.rows(); r += ranks) rows.push_back(r);
-  const TokenId pad = BatchingOptions{}.pad_id;  // the trainer batches with the default options
+  const TokenId pad = SubwordVocab::kPad;  // the trainer batches with the vocabulary's ids
   const Index S = longest(full.src, rows, pad), T = longest(full.tgt_out, rows, pad);
   copy_rows(full.src, rows, S, out.src);
   copy_rows(full.tgt_in, rows, T, out.tgt_in);
@@ -75,7 +68,7 @@ void share_batch(const Batch& full, int rank, int ranks, Batch& out) {
 }
 
 std::uint64_t fingerprint(const Batcher& batches) {
-  std::uint64_t h = kFnvOffset;
+  std::uint64_t h = kFnv1aOffset;
   for (const Batch& b : batches.batches()) {
     hash_ids(h, b.src);
     hash_ids(h, b.tgt_out);
@@ -84,10 +77,10 @@ std::uint64_t fingerprint(const Batcher& batches) {
 }
 
 std::uint64_t fingerprint(const std::map<std::string, std::string>& metadata) {
-  std::uint64_t h = kFnvOffset;
+  std::uint64_t h = kFnv1aOffset;
   for (const auto& [key, value] : metadata) {
-    hash_bytes(h, key.data(), key.size() + 1);  // with the terminating 0: "ab"+"c" != "a"+"bc"
-    hash_bytes(h, value.data(), value.size() + 1);
+    h = fnv1a(h, key.data(), key.size() + 1);  // with the terminating 0: "ab"+"c" != "a"+"bc"
+    h = fnv1a(h, value.data(), value.size() + 1);
   }
   return h;
 }

@@ -11,6 +11,7 @@
 #include <attn/random.hpp>
 
 #include "mo_catalog.hpp"
+#include "text.hpp"
 
 namespace attn::translate {
 namespace {
@@ -18,17 +19,6 @@ namespace {
 bool ascii_alnum(unsigned char c) { return std::isalnum(c) != 0; }
 // A lead byte of a multi-byte sequence: in catalog text that is almost always a letter.
 bool starts_word_char(unsigned char c) { return ascii_alnum(c) || c >= 0xC0; }
-
-// Decodes one code point of valid UTF-8 at s[i], advancing i.
-std::uint32_t next_code_point(std::string_view s, std::size_t& i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  const std::size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-  std::uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
-  for (std::size_t k = 1; k < len && i + k < s.size(); ++k)
-    cp = cp << 6 | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-  i += len;
-  return cp;
-}
 
 bool is_letter(std::uint32_t cp) {
   if (cp < 0x80) return std::isalpha(static_cast<int>(cp)) != 0;
@@ -74,11 +64,6 @@ bool has_control(std::string_view s) {
     const auto u = static_cast<unsigned char>(c);
     return u < 0x20 || u == 0x7F;
   });
-}
-
-std::size_t count_code_points(std::string_view s) {
-  return static_cast<std::size_t>(std::count_if(
-      s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
 bool mostly_letters(std::string_view s) {
@@ -160,38 +145,6 @@ std::string strip_accelerator(std::string_view text) {
   return out;
 }
 
-std::size_t count_words(std::string_view s) {
-  std::size_t words = 0;
-  bool in_word = false;
-  for (char c : s) {
-    if (c == ' ') {
-      in_word = false;
-    } else if (!in_word) {
-      in_word = true;
-      ++words;
-    }
-  }
-  return words;
-}
-
-std::string normalize_spaces(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  bool pending_space = false;
-  for (std::size_t i = 0; i < text.size();) {
-    const std::size_t start = i;
-    const std::uint32_t cp = next_code_point(text, i);
-    if (cp == ' ' || cp == 0xA0 || cp == 0x202F) {
-      pending_space = !out.empty();
-      continue;
-    }
-    if (pending_space) out += ' ';
-    pending_space = false;
-    out.append(text.substr(start, i - start));
-  }
-  return out;
-}
-
 bool has_format_markup(std::string_view s) {
   if (has_printf_directive(s) || has_html_entity(s)) return true;
   if (s.find_first_of("{}<>") != std::string_view::npos) return true;
@@ -234,15 +187,6 @@ CleanResult clean_gettext_entry(std::string_view msgid, std::string_view msgstr,
   if (count_words(r.src) < options.min_words) return drop(DropReason::kShort);
   if (r.src == r.tgt) return drop(DropReason::kUntranslated);
   return r;
-}
-
-std::uint64_t stable_hash(std::string_view text) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64
-  for (char c : text) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ULL;
-  }
-  return mix64(h);  // FNV-1a alone orders similar strings together
 }
 
 CorpusSplit load_gettext_corpus(const GettextCorpusOptions& options, GettextCorpusStats* stats) {

@@ -80,11 +80,7 @@ struct GettextCorpusStats {
 
 /// Removes one keyboard accelerator ("_Open" -> "Open", "&Save" -> "Save", "&&" -> "&").
 std::string strip_accelerator(std::string_view text);
-/// Collapses runs of spaces (and U+00A0, U+202F) into one space and trims both ends.
-std::string normalize_spaces(std::string_view text);
 
-/// Words of `s`: runs of characters other than the space (the corpora's length filters).
-std::size_t count_words(std::string_view s);
 /// True if `text` holds a placeholder or markup, as rule 5 above.
 bool has_format_markup(std::string_view text);
 
@@ -95,9 +91,6 @@ struct CleanResult {
 };
 CleanResult clean_gettext_entry(std::string_view msgid, std::string_view msgstr, bool plural,
                                 const GettextCorpusOptions& options);
-
-/// The hash that orders the corpus before the split; fixed across platforms and runs.
-std::uint64_t stable_hash(std::string_view text);
 
 /// Reads every *.mo in options.directory; one that cannot be read (missing, not a regular file,
 /// too large, corrupt) is left out and named in stats->unreadable. Throws IOError if the directory

@@ -134,19 +134,6 @@ Trainer::Validation Trainer::validate() {
   return v;
 }
 
-BleuScore Trainer::test_bleu(std::vector<std::string>* hyps) {
-  if (data_.test.empty()) return {};
-  std::vector<std::vector<TokenId>> ids;
-  for (const auto& s : data_.test.src) ids.push_back(vocab_.encode(s));
-  TranslateOptions t;  // the paper's beam 4, alpha 0.6
-  const auto out = translate_ids(*model_, ids, t);
-  std::vector<std::string> text(out.size());
-  for (std::size_t i = 0; i < out.size(); ++i) text[i] = vocab_.decode(out[i]);
-  BleuScore score = corpus_bleu(text, data_.test.tgt, bleu_options());
-  if (hyps) *hyps = std::move(text);
-  return score;
-}
-
 std::string Trainer::save_checkpoint() { return write_checkpoint(false); }
 
 std::string Trainer::write_checkpoint(bool resume_point) {

@@ -136,8 +136,6 @@ class Trainer {
     BleuScore bleu;
   };
   Validation validate();
-  /// BLEU of greedy (or beam) translations of the test set; empty hyps if there is no test set.
-  BleuScore test_bleu(std::vector<std::string>* hyps = nullptr);
   /// How BLEU is computed here: the options' tokenizer (13a or none) and case.
   BleuOptions bleu_options() const;
 
@@ -211,7 +209,9 @@ TransformerConfig make_config(const TrainOptions& options, Index vocab);
 /// the model they describe is not one that can be built: at once, before any data is read.
 void check_train_flags(const TrainOptions& options);
 
-/// Tokenizes parallel text into pairs for the Batcher.
-std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const ParallelCorpus& corpus);
+/// Tokenizes parallel text into pairs for the Batcher; a pair with a side of more bytes than
+/// max_len tokens can hold is marked overlong, not encoded.
+std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const ParallelCorpus& corpus,
+                                          Index max_len);
 
 }  // namespace attn::translate

@@ -126,18 +126,8 @@ void check_cooldown(const TrainOptions& o) {
 }  // namespace
 
 TransformerConfig make_config(const TrainOptions& o, Index vocab) {
-  TransformerConfig c;
-  if (o.preset == "tiny")
-    c = TransformerConfig::tiny(vocab);
-  else if (o.preset == "small")
-    c = TransformerConfig::small(vocab);
-  else if (o.preset == "base")
-    c = TransformerConfig::base(vocab);
-  else if (o.preset == "big")
-    c = TransformerConfig::big(vocab);
-  else
-    ATTN_CHECK(false, ConfigError, "unknown preset '", o.preset,
-               "', expected tiny, small, base or big");
+  TransformerConfig c = TransformerConfig::named(o.preset, vocab);
+  c.pad_id = SubwordVocab::kPad;
   if (o.d_model > 0) c.d_model = o.d_model;
   if (o.layers > 0) c.encoder_layers = c.decoder_layers = o.layers;
   if (o.heads > 0) c.heads = o.heads;
@@ -197,7 +187,6 @@ void check_train_flags(const TrainOptions& o) {
              " so that a pair of the longest allowed length fits in a batch");
 }
 
-// A pair with a side of more bytes than max_len tokens can hold is marked overlong, not encoded.
 std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const ParallelCorpus& c,
                                           Index max_len) {
   std::vector<TokenizedPair> pairs(c.size());
@@ -323,6 +312,9 @@ void Trainer::build(const TransformerConfig& config) {
   b.max_tokens = opt_.max_tokens;
   b.max_len = opt_.max_len;
   b.overlong = OverlongPolicy::kSkip;
+  b.pad_id = SubwordVocab::kPad;
+  b.bos_id = SubwordVocab::kBos;
+  b.eos_id = SubwordVocab::kEos;
   train_batches_ = std::make_unique<Batcher>(tokenize_pairs(vocab_, data_.train, b.max_len), b);
   data_fingerprint_ = fingerprint(*train_batches_);
   ATTN_CHECK(train_batches_->size() > 0, DataError, "train: every one of the ", data_.train.size(),

@@ -14,7 +14,7 @@
 #include "temp_paths.hpp"
 
 #include "builtin_corpus.hpp"
-#include "gettext_corpus.hpp"  // count_words
+#include "text.hpp"
 
 namespace fs = std::filesystem;
 using namespace attn::translate;

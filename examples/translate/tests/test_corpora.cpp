@@ -12,7 +12,7 @@
 
 #include "debian_descriptions.hpp"
 #include "dictionary_corpus.hpp"
-#include "gettext_corpus.hpp"  // count_words
+#include "text.hpp"
 
 namespace fs = std::filesystem;
 using namespace attn::translate;

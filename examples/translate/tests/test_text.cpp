@@ -22,6 +22,7 @@
 #include "gettext_corpus.hpp"
 #include "mo_catalog.hpp"
 #include "mo_writer.hpp"
+#include "text.hpp"
 
 namespace fs = std::filesystem;
 using namespace attn::translate;

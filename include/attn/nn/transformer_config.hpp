@@ -53,6 +53,18 @@ struct TransformerConfig : LayerOptions, FieldList<TransformerConfig> {
   /// A tiny model for tests: N=2, d_model=64, d_ff=128, h=4, no dropout.
   static TransformerConfig tiny(Index vocab) { return preset(vocab, 64, 4, 128, 2, 0.0); }
 
+  /// The names of the presets above, for flags and benchmark arguments.
+  static constexpr const char* kPresetNames[] = {"tiny", "small", "base", "big"};
+  /// The preset of that name; ConfigError naming the names for any other.
+  static TransformerConfig named(const std::string& name, Index vocab) {
+    if (name == "tiny") return tiny(vocab);
+    if (name == "small") return small(vocab);
+    if (name == "base") return base(vocab);
+    ATTN_CHECK(name == "big", ConfigError, "unknown preset '", name,
+               "', expected tiny, small, base or big");
+    return big(vocab);
+  }
+
   /// The fields the encoder and decoder layers take.
   LayerOptions layer_options() const { return static_cast<const LayerOptions&>(*this); }
 

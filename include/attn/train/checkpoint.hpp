@@ -8,7 +8,7 @@
 //   "adam.<name>.exp_avg", "adam.<name>.exp_avg_sq"   Adam's moments, raw bits of T
 //   "extra.<name>"                                    caller tensors (an EMA, ...)
 //   metadata "step", "rng_seed", "rng_counter"        decimal integers
-//   metadata of the caller                            e.g. "config" holding the model's JSON
+//   metadata of the caller                            e.g. "config.<field>" (model_file.hpp)
 #pragma once
 
 #include <cmath>

@@ -14,6 +14,7 @@
 
 #include "attn/error.hpp"
 #include "attn/nn/module.hpp"
+#include "attn/random.hpp"
 #include "attn/train/ring_all_reduce.hpp"
 
 namespace attn {
@@ -35,12 +36,9 @@ inline void check_same_on_all_ranks(std::uint64_t value, const std::string& what
 /// A 64-bit FNV-1a fingerprint of every parameter's bits, in order (for check_same_on_all_ranks).
 template <class T>
 std::uint64_t parameter_fingerprint(const std::vector<NamedParameter<T>>& params) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (const auto& p : params) {
-    const auto* bytes = reinterpret_cast<const unsigned char*>(p.value.data());
-    for (std::size_t i = 0; i < static_cast<std::size_t>(p.value.numel()) * sizeof(T); ++i)
-      h = (h ^ bytes[i]) * 0x100000001b3ULL;
-  }
+  std::uint64_t h = kFnv1aOffset;
+  for (const auto& p : params)
+    h = fnv1a(h, p.value.data(), static_cast<std::size_t>(p.value.numel()) * sizeof(T));
   return h;
 }
 
