@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include <sched.h>
@@ -88,10 +90,18 @@ std::uint64_t fingerprint(const std::map<std::string, std::string>& metadata) {
 #ifdef ATTN_TRANSLATE_WITH_MPI
 namespace {
 
+// A double in as many digits as tell it apart from every other (std::to_string keeps six decimals).
+std::string exact(double v) {
+  std::ostringstream out;
+  out << std::setprecision(17) << v;
+  return out.str();
+}
+
 // The MPI side: one instance per process, between MPI_Init and MPI_Finalize.
 class MpiReplicas final : public Replicas {
  public:
-  explicit MpiReplicas(bool overlap) : overlap_(overlap) {
+  MpiReplicas(bool overlap, bool max_tokens_per_rank)
+      : overlap_(overlap), max_tokens_per_rank_(max_tokens_per_rank) {
     MPI_Init(nullptr, nullptr);
     // MPI_ERRORS_ARE_FATAL would end a rank whose peer died without a word; errors come back as
     // codes instead, and detail::mpi_check turns them into exceptions with MPI's message.
@@ -105,6 +115,29 @@ class MpiReplicas final : public Replicas {
   int size() const override { return size_; }
   void barrier() override { detail::mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
+  void agree_on_flags(TrainOptions& options) override {
+    const std::map<std::string, std::string> flags{
+        {"resume", options.resume ? "1" : "0"},
+        {"steps", std::to_string(options.steps)},
+        {"minutes", exact(options.minutes)},
+        {"max_tokens", std::to_string(options.max_tokens)},
+        {"max_tokens_per_rank", max_tokens_per_rank_ ? "1" : "0"},
+        {"overlap_allreduce", overlap_ ? "1" : "0"}};
+    try {
+      check_same_on_all_ranks(
+          fingerprint(flags),
+          "--resume, --steps, --minutes, --max-tokens, --max-tokens-per-rank or "
+          "--no-overlap-allreduce");
+    } catch (const ConfigError& e) {
+      throw AgreedError(e.what());  // every rank saw the same fingerprints
+    }
+    if (!max_tokens_per_rank_) return;
+    ATTN_CHECK(options.max_tokens <= kMaxBatchTokens / size_, AgreedError, "--max-tokens ",
+               options.max_tokens, " per rank on ", size_, " ranks is more than ", kMaxBatchTokens,
+               " tokens per batch, the most a checkpoint records");
+    options.max_tokens *= size_;
+  }
+
   /// Ranks of this job on this machine (they share its cores).
   int local_ranks() const {
     MPI_Comm local;
@@ -117,16 +150,10 @@ class MpiReplicas final : public Replicas {
   }
 
   void start(Transformer<float>& model, std::uint64_t batches,
-             const std::map<std::string, std::string>& metadata,
-             const TrainOptions& options) override {
-    std::map<std::string, std::string> run = metadata;
-    run["run.steps"] = std::to_string(options.steps);  // a rank that stops early hangs the rest
-    run["run.minutes"] = std::to_string(options.minutes);
-    run["run.overlap_allreduce"] = overlap_ ? "1" : "0";  // the two forms use different tags
+             const std::map<std::string, std::string>& metadata) override {
     try {
-      check_same_on_all_ranks(
-          fingerprint(run),
-          "training options, model configuration, vocabulary, --steps or --no-overlap-allreduce");
+      check_same_on_all_ranks(fingerprint(metadata),
+                              "training options, model configuration or vocabulary");
       check_same_on_all_ranks(batches, "training batches (the data files)");
       check_same_on_all_ranks(parameter_fingerprint(model.parameters()), "starting parameters");
     } catch (const ConfigError& e) {
@@ -196,7 +223,8 @@ class MpiReplicas final : public Replicas {
 
  private:
   int rank_ = 0, size_ = 1;
-  bool overlap_;  // gradient sums during the last backward pass of each update
+  bool overlap_;              // gradient sums during the last backward pass of each update
+  bool max_tokens_per_rank_;  // --max-tokens is one rank's share of a batch
   std::unique_ptr<DataParallel<float>> dp_;
   Batch share_;
 };
@@ -242,7 +270,8 @@ int default_rank_threads(int cores, int local_ranks, int bound_cpus) {
 std::shared_ptr<Replicas> join_replicas(TrainOptions& options, const ReplicaOptions& replica) {
 #ifdef ATTN_TRANSLATE_WITH_MPI
   if (started_by_mpirun()) {
-    auto mpi = std::make_shared<MpiReplicas>(replica.overlap_all_reduce);
+    auto mpi =
+        std::make_shared<MpiReplicas>(replica.overlap_all_reduce, replica.max_tokens_per_rank);
     const int local = mpi->local_ranks();
     const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     const int bound = bound_cpus();
@@ -252,7 +281,6 @@ std::shared_ptr<Replicas> join_replicas(TrainOptions& options, const ReplicaOpti
       options.quiet = true;
       options.svg = false;
     }
-    if (replica.max_tokens_per_rank) options.max_tokens *= mpi->size();
     return mpi;
   }
 #endif

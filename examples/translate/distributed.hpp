@@ -52,13 +52,18 @@ class Replicas {
   virtual int size() const { return 1; }
   /// Returns when every rank has arrived (ranks > 0 wait here while rank 0 makes the vocabulary).
   virtual void barrier() {}
+  /// Right after the ranks have joined, before any other exchange: checks that every rank has the
+  /// flags that decide which exchanges it takes part in and when it stops (--resume, --steps,
+  /// --minutes, --max-tokens and its per-rank switch, --no-overlap-allreduce), AgreedError
+  /// otherwise (a --resume on rank 0 alone hung the job); then, with --max-tokens-per-rank, makes
+  /// options.max_tokens the whole batch's.
+  virtual void agree_on_flags(TrainOptions& /*options*/) {}
   /// Once the model is built or resumed: gives this rank its dropout stream and checks that every
   /// rank starts from the same parameters, training batches (`batches`: their fingerprint, which
-  /// the trainer computed once), checkpoint metadata (configuration, vocabulary, training
-  /// options) and stopping rules (AgreedError otherwise).
+  /// the trainer computed once) and checkpoint metadata (configuration, vocabulary, training
+  /// options), AgreedError otherwise; agree_on_flags compared the stopping rules.
   virtual void start(Transformer<float>& /*model*/, std::uint64_t /*batches*/,
-                     const std::map<std::string, std::string>& /*metadata*/,
-                     const TrainOptions& /*options*/) {}
+                     const std::map<std::string, std::string>& /*metadata*/) {}
   /// Rank 0's `value` on every rank: decisions that must not differ (stop on wall time).
   virtual bool rank0_decides(bool value) { return value; }
   /// The largest `value` of any rank, on every rank: a signal that reached any rank stops them
@@ -86,15 +91,16 @@ class Replicas {
 /// How a data-parallel job is run; no effect on one process alone.
 struct ReplicaOptions {
   bool threads_given = false;        ///< --threads was given: keep it
-  bool max_tokens_per_rank = false;  ///< --max-tokens is one rank's share: max_tokens *= N
+  bool max_tokens_per_rank = false;  ///< --max-tokens is one rank's share (agree_on_flags)
   bool overlap_all_reduce = true;    ///< sum gradients during backward, not after it
 };
 
 /// Joins the MPI job when this process was started by mpirun and attn-translate was built with
 /// MPI; one process alone otherwise. Adapts `options` to this rank: ranks > 0 are quiet and write
 /// no SVGs; unless threads_given, threads = default_rank_threads(...), so that ranks x threads
-/// do not oversubscribe; with max_tokens_per_rank, max_tokens *= N. Rank 0 prints the layout
-/// (ranks x threads) on stderr, and a rank with more threads than the CPUs it is bound to warns.
+/// do not oversubscribe (Replicas::agree_on_flags applies max_tokens_per_rank). Rank 0 prints the
+/// layout (ranks x threads) on stderr, and a rank with more threads than the CPUs it is bound to
+/// warns.
 std::shared_ptr<Replicas> join_replicas(TrainOptions& options, const ReplicaOptions& replica);
 
 /// Threads per rank unless --threads is given: the machine's `cores` shared among its

@@ -31,6 +31,9 @@ namespace attn::translate {
 
 class Replicas;  // distributed.hpp
 
+/// The most target tokens a batch (--max-tokens) or an update (--tokens-per-update) may hold.
+inline constexpr Index kMaxBatchTokens = Index(1) << 40;
+
 struct TrainOptions {
   std::string model_dir;
   std::string preset = "small";  ///< tiny | small | base | big
@@ -94,8 +97,8 @@ struct TrainOptions {
     f("train.clip_norm", o.clip_norm, false, 0.0, kHuge);
     f("train.cooldown", o.cooldown, false, Index(0), kMaxIndex);
     f("train.cooldown_end", o.cooldown_end, false, Index(0), kMaxIndex);
-    f("train.max_tokens", o.max_tokens, true, Index(1), Index(1) << 40);
-    f("train.tokens_per_update", o.tokens_per_update, true, Index(0), Index(1) << 40);
+    f("train.max_tokens", o.max_tokens, true, Index(1), kMaxBatchTokens);
+    f("train.tokens_per_update", o.tokens_per_update, true, Index(0), kMaxBatchTokens);
     f("train.seed", o.seed, true, std::uint64_t(0), std::numeric_limits<std::uint64_t>::max());
     // kMaxLenKey: the translator reads it too; kMaxTranslateLength (translator.hpp) bounds it.
     f("translate.max_len", o.max_len, true, Index(2), Index(1) << 16);  // BOS + a token

@@ -233,7 +233,7 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
                          : std::string("--tokens-per-update "),
              opt_.tokens_per_update, " is more than the ", epoch_tokens,
              " target tokens of all the training data: an update may take at most one epoch");
-  replicas_->start(*model_, data_fingerprint_, metadata(), opt_);
+  replicas_->start(*model_, data_fingerprint_, metadata());
 }
 
 void Trainer::resume_newest_loadable(const TrainOptions& given) {

@@ -262,9 +262,37 @@ TEST_F(Mpi, RanksThatWouldTrainDifferentlyAreStoppedBeforeTheFirstStep) {
   const CliResult r =
       mpirun("-n 1 " + bin + args + " --steps 3 : -n 1 " + bin + args + " --steps 4");
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_TRUE(contains(r.err, "attn-translate: error: rank 1's training options")) << r.err;
+  EXPECT_TRUE(contains(r.err, "attn-translate: error: rank 1's --resume, --steps")) << r.err;
   EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;  // agreed, so no rank is killed
   EXPECT_FALSE(fs::exists(path("m") + "/checkpoint_3.safetensors"));
+}
+
+TEST_F(Mpi, FlagsThatDecideTheExchangesAreComparedBeforeAnyOther) {
+  // A --resume on rank 0 alone took a path without the barrier the other rank waited in: the
+  // job hung before the options were compared. --minutes 0 and 1e-7 were compared as printed
+  // with six decimals, alike, and the rank with a time limit waited for the other.
+  const std::string bin = ATTN_TRANSLATE_BIN;
+  const std::string args = " train --model-dir " + path("m") + " --steps 3 " + common(0);
+  for (const auto& [first, second] : std::vector<std::pair<std::string, std::string>>{
+           {" --resume", ""}, {" --minutes 0", " --minutes 1e-7"}}) {
+    const CliResult r = mpirun("-n 1 " + bin + args + first + " : -n 1 " + bin + args + second);
+    EXPECT_EQ(r.exit_code, 1) << first << second << "\n" << r.err;
+    EXPECT_TRUE(contains(r.err, "attn-translate: error: rank 1's --resume, --steps, --minutes"))
+        << r.err;
+    EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;
+  }
+  // --max-tokens-per-rank whose whole batch a checkpoint could not record (it wrote checkpoints
+  // that --resume then refused).
+  std::string flags = common(0);
+  flags.replace(flags.find("--max-tokens 128"), 16, "--max-tokens 1099511627776");
+  const CliResult r = ranks(
+      2, "train --model-dir " + path("m2") + " --steps 3 " + flags + " --max-tokens-per-rank");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "--max-tokens 1099511627776 per rank on 2 ranks is more than "
+                       "1099511627776 tokens per batch"))
+      << r.err;
+  EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;
 }
 
 TEST_F(Mpi, ARankBoundToOneCoreTrainsWithOneThreadByDefaultAndWarnsOfMore) {

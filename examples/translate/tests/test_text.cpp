@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <attn/error.hpp>
+#include <attn/random.hpp>
 
 #include "error_helpers.hpp"
 #include "temp_paths.hpp"
@@ -201,6 +202,17 @@ TEST(GettextCorpus, AcceleratorsAndSpaces) {
             "ffnen");
   EXPECT_EQ(normalize_spaces("  a \xc2\xa0 b   c "), "a b c");
   EXPECT_EQ(normalize_spaces("100\xe2\x80\xaf%"), "100 %");
+}
+
+// stable_hash orders the built-in corpus before its split and is every model's vocab.hash: its
+// bits are pinned (FNV-1a 64's published value for "a", then SplitMix64's finaliser).
+TEST(Text, TheStableHashNeverChanges) {
+  const char a = 'a';
+  EXPECT_EQ(attn::fnv1a(attn::kFnv1aOffset, &a, 1), 0xaf63dc4c8601ec8cULL);
+  EXPECT_EQ(stable_hash(""), 0xf52a15e9a9b5e89bULL);
+  EXPECT_EQ(stable_hash("Das Paket"), 0x0e74a7e43fcb8f38ULL);
+  EXPECT_EQ(count_code_points("gr\xc3\xbc\xc3\x9fe"), 5u);
+  EXPECT_EQ(count_words("  two  words "), 2u);
 }
 
 TEST(GettextCorpus, FormatDetection) {

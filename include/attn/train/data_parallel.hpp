@@ -43,6 +43,7 @@
 
 #include "attn/error.hpp"
 #include "attn/nn/module.hpp"
+#include "attn/random.hpp"
 #include "attn/train/gradient_buckets.hpp"
 #include "attn/train/label_smoothed_loss.hpp"
 #include "attn/train/replica_agreement.hpp"
@@ -70,7 +71,8 @@ struct DataParallelOptions {
 };
 
 /// Sums gradients and loss statistics over the ranks of a communicator. Every rank constructs
-/// it with the same model (the same parameter list) and calls its members in the same order.
+/// it with the same model (the same parameter list) and calls its members in the same order. The
+/// constructor is collective: it compares the layout every rank will sum.
 /// The model's hook (reduce_during_backward) points at this object: it neither copies nor moves.
 template <class T>
 class DataParallel {
@@ -78,23 +80,15 @@ class DataParallel {
   explicit DataParallel(std::vector<NamedParameter<T>> params, MPI_Comm comm = MPI_COMM_WORLD,
                         DataParallelOptions options = {})
       : params_(std::move(params)), comm_(comm) {
-    ATTN_CHECK(options.bucket_bytes >= sizeof(T), ConfigError,
-               "DataParallel: bucket_bytes must hold one value, got ", options.bucket_bytes);
-    ATTN_CHECK(options.min_buckets >= 1, ConfigError,
-               "DataParallel: min_buckets must be at least 1, got ", options.min_buckets);
-    ATTN_CHECK(options.piece_bytes >= sizeof(T), ConfigError,
-               "DataParallel: piece_bytes must hold one value, got ", options.piece_bytes);
-    ATTN_CHECK(options.packed_in_flight >= 1, ConfigError,
-               "DataParallel: packed_in_flight must be at least 1, got ", options.packed_in_flight);
-    piece_ = static_cast<Index>(
-        std::min<std::size_t>(options.piece_bytes / sizeof(T), std::numeric_limits<int>::max()));
     rank_ = detail::comm_rank(comm_);
     ranks_ = detail::comm_size(comm_);
-    plan_buckets(options);
-    const int tags = detail::max_tag(comm_) - kFirstTag + 1;
-    ATTN_CHECK(buckets_.size() <= static_cast<std::size_t>(tags), ConfigError,
-               "DataParallel: ", buckets_.size(), " buckets need more MPI tags than the ", tags,
-               " this MPI offers; raise bucket_bytes");
+    std::string invalid;  // this rank's own refusal, held until every rank knows of it
+    try {
+      plan(options);
+    } catch (const Error& e) {
+      invalid = e.what();
+    }
+    agree_on_layout(invalid);
   }
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -369,6 +363,63 @@ class DataParallel {
     if (!packed_order_.empty())
       packed_.assign(1, std::vector<T>(static_cast<std::size_t>(largest_packed), T(0)));
     scratch_.assign(static_cast<std::size_t>(ring_scratch_values(largest, ranks_, piece_)), T(0));
+  }
+
+  /// Checks the options and cuts the gradients into buckets: ConfigError, on this rank alone.
+  void plan(const DataParallelOptions& options) {
+    ATTN_CHECK(options.bucket_bytes >= sizeof(T), ConfigError,
+               "DataParallel: bucket_bytes must hold one value, got ", options.bucket_bytes);
+    ATTN_CHECK(options.min_buckets >= 1, ConfigError,
+               "DataParallel: min_buckets must be at least 1, got ", options.min_buckets);
+    ATTN_CHECK(options.piece_bytes >= sizeof(T), ConfigError,
+               "DataParallel: piece_bytes must hold one value, got ", options.piece_bytes);
+    ATTN_CHECK(options.packed_in_flight >= 1, ConfigError,
+               "DataParallel: packed_in_flight must be at least 1, got ", options.packed_in_flight);
+    piece_ = static_cast<Index>(
+        std::min<std::size_t>(options.piece_bytes / sizeof(T), std::numeric_limits<int>::max()));
+    plan_buckets(options);
+    for (const Bucket& b : buckets_)  // refused here, not at the first sum inside backward's hook
+      ATTN_CHECK(ranks_ == 1 || ring_chunks_fit(b.span, ranks_), ConfigError,
+                 "DataParallel: the bucket of ", params_[b.members.front()].name, " (", b.span,
+                 " values) makes ring chunks too large for one MPI message on ", ranks_,
+                 " ranks; use more ranks or smaller parameters");
+    const int tags = detail::max_tag(comm_) - kFirstTag + 1;
+    ATTN_CHECK(buckets_.size() <= static_cast<std::size_t>(tags), ConfigError,
+               "DataParallel: ", buckets_.size(), " buckets need more MPI tags than the ", tags,
+               " this MPI offers; raise bucket_bytes");
+  }
+
+  /// Before any sum, every rank compares the layout it will sum (ranks that differed hung, or made
+  /// Open MPI 4.1's shared-memory transport write past the ring's scratch: found with ASan). A
+  /// rank that refused its options (`invalid`) takes part too, so that no rank waits for it: it
+  /// throws its own message, the others the comparison's (or the same message, if theirs agree).
+  void agree_on_layout(const std::string& invalid) const {
+    try {
+      check_same_on_all_ranks(invalid.empty() ? layout_fingerprint() : 0,
+                              "gradient layout (parameter sizes, value type, bucket_bytes, "
+                              "min_buckets, piece_bytes or a refused option)",
+                              comm_);
+    } catch (const ConfigError&) {
+      if (invalid.empty()) throw;
+    }
+    ATTN_CHECK(invalid.empty(), ConfigError, invalid);
+  }
+
+  /// What every rank must agree on before summing: the value type, the pieces and every bucket.
+  std::uint64_t layout_fingerprint() const {
+    std::uint64_t h = kFnv1aOffset;
+    const auto add = [&h](std::uint64_t v) { h = fnv1a(h, &v, sizeof v); };
+    add(sizeof(T));
+    add(static_cast<std::uint64_t>(piece_));
+    add(params_.size());
+    for (const auto& p : params_) add(static_cast<std::uint64_t>(p.grad.numel()));
+    add(buckets_.size());
+    for (const Bucket& b : buckets_) {
+      add(static_cast<std::uint64_t>(b.span));
+      add(b.packs() ? 1 : 0);
+      add(b.members.size());
+    }
+    return h;
   }
 
   [[noreturn]] void throw_error_of(int failed, int length, const std::string& local_error) const {

@@ -74,6 +74,12 @@ inline int max_tag(MPI_Comm comm) {
 /// The first element of chunk c when n elements are split over N ranks: [n c / N, n (c+1) / N).
 inline Index ring_chunk_begin(Index n, int c, int ranks) { return n * c / ranks; }
 
+/// Whether the chunks of n elements over `ranks` fit one MPI message each (an int count of
+/// values): the all-gather steps send a whole chunk at once.
+inline bool ring_chunks_fit(Index n, int ranks) {
+  return n / ranks + 1 <= static_cast<Index>(std::numeric_limits<int>::max());
+}
+
 /// Values per message of a ring's reduce-scatter steps unless told otherwise. What arrives in such
 /// a step waits in scratch until it is added, so this bounds the scratch of each sum in flight
 /// (4 MiB of float) whatever the size of the buffer; messages this long still run at the link's
@@ -100,8 +106,8 @@ class RingSchedule {
  public:
   RingSchedule(Index n, int rank, int ranks, Index piece = kRingPieceValues)
       : n_(n), piece_(piece), rank_(rank), ranks_(ranks) {
-    ATTN_CHECK(n / ranks + 1 <= static_cast<Index>(std::numeric_limits<int>::max()), ConfigError,
-               "ring all-reduce: ", n, " elements make chunks too large for one MPI message");
+    ATTN_CHECK(ring_chunks_fit(n, ranks), ConfigError, "ring all-reduce: ", n,
+               " elements make chunks too large for one MPI message");
     ATTN_CHECK(piece >= 1, ConfigError, "ring all-reduce: pieces must hold a value, got ", piece);
   }
   int steps() const { return ranks_ == 1 || n_ == 0 ? 0 : 2 * (ranks_ - 1); }
@@ -149,6 +155,28 @@ inline Index ring_scratch_values(Index n, int ranks, Index piece = kRingPieceVal
 
 namespace detail {
 
+/// ConfigError unless the message `status` describes holds `expected` values: a left neighbour that
+/// sums another number of values sends chunks of other sizes (a shorter one was added as if whole,
+/// and the sum came out wrong without a word).
+inline void check_arrived(const MPI_Status& status, MPI_Datatype type, int expected) {
+  int count = 0;
+  mpi_check(MPI_Get_count(&status, type, &count), "MPI_Get_count");
+  ATTN_CHECK(count != MPI_UNDEFINED, ConfigError, "ring all-reduce: rank ", status.MPI_SOURCE,
+             " sent values of another type; every rank must sum the same type");
+  ATTN_CHECK(count == expected, ConfigError, "ring all-reduce: rank ", status.MPI_SOURCE, " sent ",
+             count, " values where ", expected,
+             " were expected; every rank must sum the same number of values");
+}
+
+/// mpi_check of a call over the two requests of a ring step: MPI_ERR_IN_STATUS stands for the
+/// error in the request's status, which is the one reported.
+inline void check_step(int rc, const MPI_Status* statuses, const char* call) {
+  if (rc == MPI_ERR_IN_STATUS)
+    for (int i = 0; i < 2; ++i)
+      if (statuses[i].MPI_ERROR != MPI_SUCCESS) rc = statuses[i].MPI_ERROR;
+  mpi_check(rc, call);
+}
+
 /// The one addition of the ring, shared by both forms so that they give the same bits.
 template <class T>
 void ring_add(T* mine, const T* arrived, int count) {
@@ -159,7 +187,9 @@ void ring_add(T* mine, const T* arrived, int count) {
 
 /// Sums data[0, n) over the ranks of `comm` in place (RingSchedule, over MPI_Sendrecv): the same
 /// bits on every rank and in every run with the same number of ranks, whatever `piece`. `scratch`
-/// must hold ring_scratch_values(n, N, piece) elements. Every rank must call it with the same n.
+/// must hold ring_scratch_values(n, N, piece) elements. Every rank must call it with the same n:
+/// a rank that receives a piece of another size throws ConfigError (rather than adding it), and
+/// its neighbour may then wait for a message that never comes, as for any rank that stops calling.
 template <class T>
 void ring_all_reduce(T* data, Index n, T* scratch, MPI_Comm comm, Index piece = kRingPieceValues) {
   const RingSchedule ring(n, detail::comm_rank(comm), detail::comm_size(comm), piece);
@@ -169,10 +199,11 @@ void ring_all_reduce(T* data, Index n, T* scratch, MPI_Comm comm, Index piece = 
       const RingMessage m = ring.message(s, k);
       const int tag = m.adds ? 0 : 1;
       T* into = m.adds ? scratch : data + m.recv_begin;
-      detail::mpi_check(
-          MPI_Sendrecv(data + m.send_begin, m.send_count, type, ring.right(), tag, into,
-                       m.recv_count, type, ring.left(), tag, comm, MPI_STATUS_IGNORE),
-          "MPI_Sendrecv");
+      MPI_Status status;
+      detail::mpi_check(MPI_Sendrecv(data + m.send_begin, m.send_count, type, ring.right(), tag,
+                                     into, m.recv_count, type, ring.left(), tag, comm, &status),
+                        "MPI_Sendrecv");
+      detail::check_arrived(status, type, m.recv_count);
       if (m.adds) detail::ring_add(data + m.recv_begin, scratch, m.recv_count);
     }
 }
@@ -204,8 +235,8 @@ class RingInFlight {
   bool progress() {
     while (!done()) {
       int complete = 0;
-      detail::mpi_check(MPI_Testall(2, requests_.data(), &complete, MPI_STATUSES_IGNORE),
-                        "MPI_Testall");
+      detail::check_step(MPI_Testall(2, requests_.data(), &complete, statuses_.data()),
+                         statuses_.data(), "MPI_Testall");
       if (!complete) return false;
       next_step();
     }
@@ -215,7 +246,8 @@ class RingInFlight {
   /// Waits for the remaining steps.
   void wait() {
     while (!done()) {
-      detail::mpi_check(MPI_Waitall(2, requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+      detail::check_step(MPI_Waitall(2, requests_.data(), statuses_.data()), statuses_.data(),
+                         "MPI_Waitall");
       next_step();
     }
   }
@@ -235,6 +267,7 @@ class RingInFlight {
   // The last message has arrived and been sent: add what arrived (reduce-scatter), post the next.
   void next_step() {
     const RingMessage m = ring_.message(step_, message_);
+    detail::check_arrived(statuses_[0], detail::mpi_datatype<T>(), m.recv_count);
     if (m.adds) detail::ring_add(data_ + m.recv_begin, scratch_, m.recv_count);
     if (++message_ == ring_.messages(step_)) {
       message_ = 0;
@@ -249,6 +282,7 @@ class RingInFlight {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int tag_ = 0, step_ = 0, message_ = 0;
   std::array<MPI_Request, 2> requests_{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::array<MPI_Status, 2> statuses_{};  // of the last receive [0] and send [1]
 };
 
 }  // namespace attn
