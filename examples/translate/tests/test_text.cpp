@@ -211,7 +211,9 @@ TEST(Text, TheStableHashNeverChanges) {
   EXPECT_EQ(attn::fnv1a(attn::kFnv1aOffset, &a, 1), 0xaf63dc4c8601ec8cULL);
   EXPECT_EQ(stable_hash(""), 0xf52a15e9a9b5e89bULL);
   EXPECT_EQ(stable_hash("Das Paket"), 0x0e74a7e43fcb8f38ULL);
-  EXPECT_EQ(count_code_points("gr\xc3\xbc\xc3\x9fe"), 5u);
+  EXPECT_EQ(count_code_points("gr\xc3\xbc\xc3\x9f"
+                              "e"),
+            5u);
   EXPECT_EQ(count_words("  two  words "), 2u);
 }
 
