@@ -13,7 +13,7 @@
 
 namespace attn::kernels::detail {
 
-/// The GEMM epilogue's gate (Epilogue::gate in kernels/gemm.hpp) on one element: c scaled where
+/// The GEMM epilogue's gate (Epilogue::gate in kernels/epilogue.hpp) on one element: c scaled where
 /// the gate passed (g > 0), else 0; the one formula of the paths that gate after the product.
 template <class T>
 T gated(T c, T g, T scale) {
