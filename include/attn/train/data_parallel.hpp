@@ -35,7 +35,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <array>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -43,20 +42,12 @@
 
 #include "attn/error.hpp"
 #include "attn/nn/module.hpp"
-#include "attn/random.hpp"
 #include "attn/train/gradient_buckets.hpp"
 #include "attn/train/label_smoothed_loss.hpp"
 #include "attn/train/replica_agreement.hpp"
 #include "attn/train/ring_all_reduce.hpp"
 
 namespace attn {
-
-/// Thrown on every rank when one rank reported an error to all_reduce(): the message names the
-/// first failing rank, so each rank stops with the same message instead of waiting for it.
-class ReplicaError : public Error {
- public:
-  using Error::Error;
-};
 
 struct DataParallelOptions {
   std::size_t bucket_bytes = std::size_t{32} << 20;  ///< gradients packed per all-reduce, at most
@@ -88,7 +79,13 @@ class DataParallel {
     } catch (const Error& e) {
       invalid = e.what();
     }
-    agree_on_layout(invalid);
+    // Before any sum (ranks that differed hung, or made Open MPI 4.1's shared-memory transport
+    // write past the ring's scratch: found with ASan).
+    check_same_on_all_ranks_or_refuse(
+        invalid.empty() ? bucket_layout_fingerprint(params_, buckets_, piece_) : 0, invalid,
+        "gradient layout (parameter sizes, value type, bucket_bytes, min_buckets, piece_bytes or a "
+        "refused option)",
+        comm_);
   }
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -233,26 +230,10 @@ class DataParallel {
     return n;
   }
 
-  /// The sums of every rank's statistics, added in rank order (the same bits on every rank).
-  /// If any rank passes a non-empty `local_error`, every rank throws ReplicaError with the
-  /// message of the lowest such rank instead: one rank's bad batch stops all, none hangs.
+  /// sum_over_ranks (replica_agreement.hpp) over this communicator: every rank's statistics
+  /// summed, or ReplicaError with the first failing rank's message on every rank.
   LossStats all_reduce(const LossStats& local, const std::string& local_error = {}) const {
-    const std::array<double, 4> mine{local.smoothed_loss, local.nll,
-                                     static_cast<double>(local.tokens),
-                                     static_cast<double>(local_error.size())};
-    all_stats_.resize(4 * static_cast<std::size_t>(ranks_));
-    detail::mpi_check(
-        MPI_Allgather(mine.data(), 4, MPI_DOUBLE, all_stats_.data(), 4, MPI_DOUBLE, comm_),
-        "MPI_Allgather");
-    LossStats sum;
-    for (int r = 0; r < ranks_; ++r) {
-      const double* s = all_stats_.data() + 4 * r;
-      if (s[3] > 0) throw_error_of(r, static_cast<int>(s[3]), local_error);
-      sum.smoothed_loss += s[0];
-      sum.nll += s[1];
-      sum.tokens += static_cast<Index>(s[2]);
-    }
-    return sum;
+    return sum_over_ranks(local, local_error, comm_, all_stats_);
   }
 
  private:
@@ -389,45 +370,6 @@ class DataParallel {
                " this MPI offers; raise bucket_bytes");
   }
 
-  /// Before any sum, every rank compares the layout it will sum (ranks that differed hung, or made
-  /// Open MPI 4.1's shared-memory transport write past the ring's scratch: found with ASan). A
-  /// rank that refused its options (`invalid`) takes part too, so that no rank waits for it: it
-  /// throws its own message, the others the comparison's (or the same message, if theirs agree).
-  void agree_on_layout(const std::string& invalid) const {
-    try {
-      check_same_on_all_ranks(invalid.empty() ? layout_fingerprint() : 0,
-                              "gradient layout (parameter sizes, value type, bucket_bytes, "
-                              "min_buckets, piece_bytes or a refused option)",
-                              comm_);
-    } catch (const ConfigError&) {
-      if (invalid.empty()) throw;
-    }
-    ATTN_CHECK(invalid.empty(), ConfigError, invalid);
-  }
-
-  /// What every rank must agree on before summing: the value type, the pieces and every bucket.
-  std::uint64_t layout_fingerprint() const {
-    std::uint64_t h = kFnv1aOffset;
-    const auto add = [&h](std::uint64_t v) { h = fnv1a(h, &v, sizeof v); };
-    add(sizeof(T));
-    add(static_cast<std::uint64_t>(piece_));
-    add(params_.size());
-    for (const auto& p : params_) add(static_cast<std::uint64_t>(p.grad.numel()));
-    add(buckets_.size());
-    for (const Bucket& b : buckets_) {
-      add(static_cast<std::uint64_t>(b.span));
-      add(b.packs() ? 1 : 0);
-      add(b.members.size());
-    }
-    return h;
-  }
-
-  [[noreturn]] void throw_error_of(int failed, int length, const std::string& local_error) const {
-    std::string message = failed == rank_ ? local_error : std::string(length, '\0');
-    detail::mpi_check(MPI_Bcast(message.data(), length, MPI_CHAR, failed, comm_), "MPI_Bcast");
-    throw ReplicaError(detail::concat("rank ", failed, " of ", ranks_, ": ", message));
-  }
-
   std::vector<NamedParameter<T>> params_;
   MPI_Comm comm_;
   int rank_ = 0, ranks_ = 1;
@@ -440,7 +382,7 @@ class DataParallel {
   std::vector<std::size_t> free_;  // buffers no packed sum in flight holds
   std::size_t next_packed_ = 0;    // packed_order_[next_packed_] is the next to start
   std::vector<T> scratch_;         // [ring_scratch_values(largest bucket)] one piece
-  mutable std::vector<double> all_stats_;  // [N, 4] every rank's statistics
+  mutable std::vector<double> all_stats_;  // [N, 4] every rank's statistics (sum_over_ranks)
   std::vector<std::size_t> bucket_of_;     // [params] the bucket of each parameter
   std::vector<Flight> flights_;            // [buckets] overlapped sums, from the first
   std::vector<char> final_;                // [params] reported final in this pass

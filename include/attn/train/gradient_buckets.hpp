@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attn/nn/module.hpp"
+#include "attn/random.hpp"
 
 namespace attn {
 
@@ -90,6 +91,27 @@ std::vector<GradientBucket<T>> plan_gradient_buckets(std::vector<NamedParameter<
   }
   close();
   return buckets;
+}
+
+/// What the ranks of a data-parallel job must agree on before summing (`piece`: values per ring
+/// message): the value type, the pieces, every gradient's size and every bucket.
+template <class T>
+std::uint64_t bucket_layout_fingerprint(const std::vector<NamedParameter<T>>& params,
+                                        const std::vector<GradientBucket<T>>& buckets,
+                                        Index piece) {
+  std::uint64_t h = kFnv1aOffset;
+  const auto add = [&h](std::uint64_t v) { h = fnv1a(h, &v, sizeof v); };
+  add(sizeof(T));
+  add(static_cast<std::uint64_t>(piece));
+  add(params.size());
+  for (const auto& p : params) add(static_cast<std::uint64_t>(p.grad.numel()));
+  add(buckets.size());
+  for (const GradientBucket<T>& b : buckets) {
+    add(static_cast<std::uint64_t>(b.span));
+    add(b.packs() ? 1 : 0);
+    add(b.members.size());
+  }
+  return h;
 }
 
 /// Copies the gradients of b's members into out[0, b.elements).
