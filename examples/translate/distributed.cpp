@@ -2,14 +2,14 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <iomanip>
 #include <iostream>
-#include <sstream>
 #include <thread>
 
 #include <sched.h>
 
 #include <attn/random.hpp>
+
+#include "text.hpp"
 
 #ifdef ATTN_TRANSLATE_WITH_MPI
 #include <mpi.h>
@@ -90,13 +90,6 @@ std::uint64_t fingerprint(const std::map<std::string, std::string>& metadata) {
 #ifdef ATTN_TRANSLATE_WITH_MPI
 namespace {
 
-// A double in as many digits as tell it apart from every other (std::to_string keeps six decimals).
-std::string exact(double v) {
-  std::ostringstream out;
-  out << std::setprecision(17) << v;
-  return out.str();
-}
-
 // The MPI side: one instance per process, between MPI_Init and MPI_Finalize.
 class MpiReplicas final : public Replicas {
  public:
@@ -119,7 +112,7 @@ class MpiReplicas final : public Replicas {
     const std::map<std::string, std::string> flags{
         {"resume", options.resume ? "1" : "0"},
         {"steps", std::to_string(options.steps)},
-        {"minutes", exact(options.minutes)},
+        {"minutes", round_trip_text(options.minutes)},  // to_string keeps 6 decimals
         {"max_tokens", std::to_string(options.max_tokens)},
         {"max_tokens_per_rank", max_tokens_per_rank_ ? "1" : "0"},
         {"overlap_allreduce", overlap_ ? "1" : "0"}};

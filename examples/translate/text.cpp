@@ -1,6 +1,7 @@
 #include "text.hpp"
 
 #include <algorithm>
+#include <sstream>
 
 #include <attn/random.hpp>
 
@@ -56,6 +57,13 @@ std::string normalize_spaces(std::string_view text) {
 std::uint64_t stable_hash(std::string_view text) {
   // FNV-1a alone orders similar strings together
   return mix64(fnv1a(kFnv1aOffset, text.data(), text.size()));
+}
+
+std::string round_trip_text(double v) {
+  std::ostringstream o;
+  o.precision(17);
+  o << v;
+  return o.str();
 }
 
 }  // namespace attn::translate

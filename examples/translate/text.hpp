@@ -18,6 +18,10 @@ std::size_t count_words(std::string_view s);
 /// Collapses runs of spaces (and U+00A0, U+202F) into one space and trims both ends.
 std::string normalize_spaces(std::string_view text);
 
+/// `v` in 17 significant digits, which read back give the same double (std::to_string keeps six
+/// decimals: 0 and 1e-7 alike).
+std::string round_trip_text(double v);
+
 /// A 64-bit hash of `text`, fixed across platforms and runs: it orders the built-in corpus before
 /// its split (builtin_corpus.hpp) and is the vocabulary's fingerprint (bpe.hpp), so its bits must
 /// never change.

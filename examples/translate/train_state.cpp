@@ -10,18 +10,12 @@
 
 #include <attn/strict_number.hpp>
 
+#include "text.hpp"
 #include "translator.hpp"
 
 namespace attn::translate {
 
 namespace {
-
-std::string str(double v) {
-  std::ostringstream o;
-  o.precision(17);
-  o << v;
-  return o.str();
-}
 
 /// Metadata `key` as a T within [lo, hi].
 template <class T>
@@ -60,7 +54,7 @@ static_assert(kMaxTranslateLength == Index(1) << 16,
 void store_options(const TrainOptions& o, Metadata& m) {
   o.visit_saved([&](const char* key, const auto& v, bool, auto, auto) {
     if constexpr (std::is_floating_point_v<std::decay_t<decltype(v)>>)
-      m[key] = str(v);
+      m[key] = round_trip_text(v);
     else
       m[key] = std::to_string(v);
   });
@@ -121,7 +115,7 @@ void store_data_position(const DataPosition& p, Metadata& m) {
 }
 
 void store_log_window(const LogWindowState& w, Metadata& m) {
-  m["log.loss_sum"] = str(w.loss_sum);
+  m["log.loss_sum"] = round_trip_text(w.loss_sum);
   m["log.updates"] = std::to_string(w.updates);
 }
 
