@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -57,12 +58,14 @@ struct TransformerConfig : LayerOptions, FieldList<TransformerConfig> {
   static constexpr const char* kPresetNames[] = {"tiny", "small", "base", "big"};
   /// The preset of that name; ConfigError naming the names for any other.
   static TransformerConfig named(const std::string& name, Index vocab) {
-    if (name == "tiny") return tiny(vocab);
-    if (name == "small") return small(vocab);
-    if (name == "base") return base(vocab);
-    ATTN_CHECK(name == "big", ConfigError, "unknown preset '", name,
+    using Preset = TransformerConfig (*)(Index);
+    constexpr Preset kPresets[] = {tiny, small, base, big};  // in kPresetNames' order
+    static_assert(std::size(kPresets) == std::size(kPresetNames));
+    for (std::size_t i = 0; i < std::size(kPresets); ++i)
+      if (name == kPresetNames[i]) return kPresets[i](vocab);
+    ATTN_CHECK(false, ConfigError, "unknown preset '", name,
                "', expected tiny, small, base or big");
-    return big(vocab);
+    return {};
   }
 
   /// The fields the encoder and decoder layers take.
