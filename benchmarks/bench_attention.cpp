@@ -70,8 +70,9 @@ void forward(Inputs& in) {
   const float* q = in.qkv.data();
   auto f = Fast ? attn::kernels::attention_forward<float>
                 : attn::kernels::attention_forward_naive<float>;
-  f(in.out.data(), kDModel, in.lse.data(), nullptr, q, 3 * kDModel, q + kDModel, 3 * kDModel,
-    q + 2 * kDModel, 3 * kDModel, in.shape, in.mask, in.scale, {});
+  f(in.out.data(), kDModel, in.lse.data(), nullptr,
+    {q, 3 * kDModel, q + kDModel, 3 * kDModel, q + 2 * kDModel, 3 * kDModel}, in.shape, in.mask,
+    in.scale, {});
 }
 
 template <bool Fast>
@@ -81,8 +82,9 @@ void backward(Inputs& in) {
   const Index ld = 3 * kDModel;
   auto b = Fast ? attn::kernels::attention_backward<float>
                 : attn::kernels::attention_backward_naive<float>;
-  b(dq, ld, dq + kDModel, ld, dq + 2 * kDModel, ld, in.dout.data(), kDModel, q, ld, q + kDModel, ld,
-    q + 2 * kDModel, ld, in.out.data(), kDModel, in.lse.data(), in.shape, in.mask, in.scale, {});
+  b({dq, ld, dq + kDModel, ld, dq + 2 * kDModel, ld}, in.dout.data(), kDModel,
+    {q, ld, q + kDModel, ld, q + 2 * kDModel, ld}, in.out.data(), kDModel, in.lse.data(), in.shape,
+    in.mask, in.scale, {});
 }
 
 template <bool Fast, bool Backward, bool Causal = false>

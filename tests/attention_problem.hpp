@@ -30,6 +30,10 @@ struct Problem {
   AttentionMask<T> mask;
   DropoutMask dropout;
   T scale = 1;
+
+  kernels::AttentionInputs<T> inputs() const {
+    return {q.data(), ldq, k.data(), ldk, v.data(), ldv};
+  }
 };
 
 template <class T>
@@ -99,16 +103,14 @@ Result<T> run(const Problem<T>& pb, bool fast, bool want_weights, bool backward)
   if (want_weights) r.weights = Tensor<T>::full({s.batch, s.heads, s.queries, s.keys}, nan);
   T* w = want_weights ? r.weights.data() : nullptr;
   auto forward = fast ? kernels::attention_forward<T> : kernels::attention_forward_naive<T>;
-  forward(r.out.data(), pb.ldo, r.lse.data(), w, pb.q.data(), pb.ldq, pb.k.data(), pb.ldk,
-          pb.v.data(), pb.ldv, s, pb.mask, pb.scale, pb.dropout);
+  forward(r.out.data(), pb.ldo, r.lse.data(), w, pb.inputs(), s, pb.mask, pb.scale, pb.dropout);
   if (!backward) return r;
   r.dq = Tensor<T>::full(pb.q.shape(), nan);
   r.dk = Tensor<T>::full(pb.k.shape(), nan);
   r.dv = Tensor<T>::full(pb.v.shape(), nan);
   auto bwd = fast ? kernels::attention_backward<T> : kernels::attention_backward_naive<T>;
-  bwd(r.dq.data(), pb.ldq, r.dk.data(), pb.ldk, r.dv.data(), pb.ldv, pb.dout.data(), pb.ldo,
-      pb.q.data(), pb.ldq, pb.k.data(), pb.ldk, pb.v.data(), pb.ldv, r.out.data(), pb.ldo,
-      r.lse.data(), s, pb.mask, pb.scale, pb.dropout);
+  bwd({r.dq.data(), pb.ldq, r.dk.data(), pb.ldk, r.dv.data(), pb.ldv}, pb.dout.data(), pb.ldo,
+      pb.inputs(), r.out.data(), pb.ldo, r.lse.data(), s, pb.mask, pb.scale, pb.dropout);
   return r;
 }
 

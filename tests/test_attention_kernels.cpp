@@ -38,6 +38,10 @@ TYPED_TEST(AttentionKernels, FastMatchesNaiveOverShapesMasksDropoutAndLayouts) {
       {2, 2, 0, 5, 4, 1},  // no queries: dK and dV are zero (the fast kernel runs no query block)
       // several query blocks, the last one partial, with causal key ranges that differ per block
       {1, 2, kernels::kAttentionQueryBlock + 5, kernels::kAttentionQueryBlock + 9, 3, 1},
+      // heads of the sizes models use: depth-16 to -64 products on full and edge panels
+      {2, 1, 9, 17, 16, 2},
+      {2, 2, 20, 30, 32, 1},
+      {1, 2, kernels::kAttentionQueryBlock + 2, kernels::kAttentionQueryBlock + 12, 64, 0},
   };
   int compared = 0;
   for (const Case& c : cases)
@@ -76,7 +80,7 @@ TYPED_TEST(AttentionKernels, FastMatchesNaiveOverShapesMasksDropoutAndLayouts) {
         }
     }
   EXPECT_EQ(compared,
-            176);  // 7 cases x 5 masks + 3 cases (S < T) x 3 masks, x 2 dropout x 2 weights
+            236);  // 10 cases x 5 masks + 3 cases (S < T) x 3 masks, x 2 dropout x 2 weights
 }
 
 /// Gradient check of q, k, v through one kernel, L = sum(out * R).
@@ -87,15 +91,13 @@ testing::GradCheckResult attention_gradcheck(Problem<double>& pb) {
   Tensor<double> out({s.batch * s.queries, pb.ldo}), lse({s.batch, s.heads, s.queries});
   auto forward = [&] {
     auto f = Fast ? kernels::attention_forward<double> : kernels::attention_forward_naive<double>;
-    f(out.data(), pb.ldo, lse.data(), nullptr, pb.q.data(), pb.ldq, pb.k.data(), pb.ldk,
-      pb.v.data(), pb.ldv, s, pb.mask, pb.scale, pb.dropout);
+    f(out.data(), pb.ldo, lse.data(), nullptr, pb.inputs(), s, pb.mask, pb.scale, pb.dropout);
   };
   forward();
   Tensor<double> dq(pb.q.shape()), dk(pb.k.shape()), dv(pb.v.shape());
   auto bwd = Fast ? kernels::attention_backward<double> : kernels::attention_backward_naive<double>;
-  bwd(dq.data(), pb.ldq, dk.data(), pb.ldk, dv.data(), pb.ldv, r.data(), pb.ldo, pb.q.data(),
-      pb.ldq, pb.k.data(), pb.ldk, pb.v.data(), pb.ldv, out.data(), pb.ldo, lse.data(), s, pb.mask,
-      pb.scale, pb.dropout);
+  bwd({dq.data(), pb.ldq, dk.data(), pb.ldk, dv.data(), pb.ldv}, r.data(), pb.ldo, pb.inputs(),
+      out.data(), pb.ldo, lse.data(), s, pb.mask, pb.scale, pb.dropout);
   return testing::gradcheck({{"q", pb.q}, {"k", pb.k}, {"v", pb.v}}, {dq, dk, dv}, [&] {
     forward();
     return testing::dot(out, r);
@@ -234,9 +236,8 @@ void expect_all_throw(const Problem<float>& pb, const std::vector<std::string>& 
           Tensor<float> dq(pb.q.shape()), dk(pb.k.shape()), dv(pb.v.shape());
           auto bwd =
               fast ? kernels::attention_backward<float> : kernels::attention_backward_naive<float>;
-          bwd(dq.data(), pb.ldq, dk.data(), pb.ldk, dv.data(), pb.ldv, pb.dout.data(), pb.ldo,
-              pb.q.data(), pb.ldq, pb.k.data(), pb.ldk, pb.v.data(), pb.ldv, out.data(), pb.ldo,
-              lse.data(), pb.shape, pb.mask, pb.scale, pb.dropout);
+          bwd({dq.data(), pb.ldq, dk.data(), pb.ldk, dv.data(), pb.ldv}, pb.dout.data(), pb.ldo,
+              pb.inputs(), out.data(), pb.ldo, lse.data(), pb.shape, pb.mask, pb.scale, pb.dropout);
         } else {
           run(pb, fast, false, false);
         }
@@ -307,9 +308,9 @@ TEST(AttentionKernels, BackwardLeadingDimsOfGradientsAreChecked) {
       auto bwd =
           fast ? kernels::attention_backward<float> : kernels::attention_backward_naive<float>;
       try {
-        bwd(dq.data(), lds[i][0], dk.data(), lds[i][1], dv.data(), lds[i][2], pb.dout.data(),
-            lds[i][3], pb.q.data(), pb.ldq, pb.k.data(), pb.ldk, pb.v.data(), pb.ldv, out.data(),
-            pb.ldo, lse.data(), pb.shape, pb.mask, pb.scale, pb.dropout);
+        bwd({dq.data(), lds[i][0], dk.data(), lds[i][1], dv.data(), lds[i][2]}, pb.dout.data(),
+            lds[i][3], pb.inputs(), out.data(), pb.ldo, lse.data(), pb.shape, pb.mask, pb.scale,
+            pb.dropout);
         ADD_FAILURE() << "no exception for " << names[i];
       } catch (const ShapeError& e) {
         EXPECT_NE(std::string(e.what()).find(names[i]), std::string::npos) << e.what();

@@ -54,7 +54,8 @@ void copy_parameters(const Module<double>& from, Module<double>& to) {
 
 class LayerGrad : public ::testing::TestWithParam<std::tuple<bool, bool>> {
  protected:
-  // Gradient checks on one thread; NaiveAndFastKernelsAgree runs the threaded path.
+  // Gradient checks on one thread; the threaded paths are checked on float problems above their
+  // thresholds (test_attention_paths.cpp, test_training.cpp).
   testing::OneThread one_thread_;
 
   bool norm_first() const { return std::get<0>(GetParam()); }
@@ -471,7 +472,7 @@ TEST(EncoderDecoder, RejectsBadOptionsShapesAndMasks) {
             "DecoderLayer::backward: expected dy of shape [2, 3, 8], got [2, 2, 8]");
 
   Decoder<double> stack(tiny(false, true), 2, false);
-  EXPECT_NE(error_of([&] { stack.dmemory(); }).find("needs forward and backward"),
+  EXPECT_NE(error_of<StateError>([&] { stack.dmemory(); }).find("needs forward and backward"),
             std::string::npos);
   DecoderCache<double> wrong = Decoder<double>(tiny(false, true), 3, false).make_cache(2, 4);
   EXPECT_EQ(error_of([&] {

@@ -147,11 +147,12 @@ TEST_F(Gemm, AccumulatesTakesTransposedOperandsAndAppliesTheEpilogueOnEveryPath)
       kernels::gemm(dw, dy.transpose(), x, true);
       const RowMatrix<double> expected =
           start.cast<double>() + reference_product(dy.transpose(), x);
-      EXPECT_LT((dw.cast<double>() - expected).cwiseAbs().maxCoeff(), 1e-6 * N);
+      EXPECT_LT((dw.cast<double>() - expected).cwiseAbs().maxCoeff<Eigen::PropagateNaN>(),
+                1e-6 * N);
       RowMatrix<float> y(N, O);
       kernels::gemm(y, x, w.transpose(), false, kernels::Epilogue<float>{bias.data(), true});
       const auto y_ref = reference_product(x, w.transpose(), bias.data(), true);
-      EXPECT_LT((y.cast<double>() - y_ref).cwiseAbs().maxCoeff(), 1e-6 * I);
+      EXPECT_LT((y.cast<double>() - y_ref).cwiseAbs().maxCoeff<Eigen::PropagateNaN>(), 1e-6 * I);
     }
   }
 }
@@ -184,7 +185,7 @@ TEST_F(Gemm, DropoutInTheEpilogueIsTheSeparateDropout) {
     const auto bias = random_matrix<float>(1, N, 33);
     RowMatrix<float> fused(M, N), separate(M, N);
     kernels::gemm(fused, x, w.transpose(), false,
-                  kernels::Epilogue<float>{bias.data(), true, p, key});
+                  kernels::Epilogue<float>{bias.data(), true, {p, key}});
     kernels::gemm(separate, x, w.transpose(), false, kernels::Epilogue<float>{bias.data(), true});
     kernels::dropout_forward(separate.data(), separate.data(), M * N, p, key);
     EXPECT_TRUE((fused.array() == separate.array()).all());

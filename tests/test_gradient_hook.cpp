@@ -147,8 +147,8 @@ TEST(FinalParametersByStage, NamesAParameterNoStageUses) {
   stages.erase(stages.begin() + 1);  // the decoder's last layer
   try {
     final_parameters_by_stage<double>(model, stages);
-    ADD_FAILURE() << "expected Error";
-  } catch (const Error& e) {
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("decoder.layers.1.self_attn.in_proj_weight belongs to "
                                          "no stage of backward"),
               std::string::npos)

@@ -32,22 +32,22 @@ TEST(ModuleEdges, BackwardBeforeForwardSaysSo) {
   // caller never gave.
   LayerNorm<float> norm(8);
   for (const Tensor<float>& dy : {Tensor<float>(), Tensor<float>(Shape{})})
-    EXPECT_EQ(error_of<Error>([&] { norm.backward(dy); }),
+    EXPECT_EQ(error_of<StateError>([&] { norm.backward(dy); }),
               "LayerNorm::backward: needs a forward first");
   Linear<float> linear(3, 4);
-  EXPECT_EQ(error_of<Error>([&] { linear.backward(Tensor<float>(Shape{})); }),
+  EXPECT_EQ(error_of<StateError>([&] { linear.backward(Tensor<float>(Shape{})); }),
             "Linear::backward: needs a forward first");
   Embedding<float> embedding(10, 4);
-  EXPECT_EQ(error_of<Error>([&] { embedding.backward(Tensor<float>(Shape{})); }),
+  EXPECT_EQ(error_of<StateError>([&] { embedding.backward(Tensor<float>(Shape{})); }),
             "Embedding::backward: needs a forward first");
   ReLU<float> relu;
-  EXPECT_EQ(error_of<Error>([&] { relu.backward(Tensor<float>(Shape{})); }),
+  EXPECT_EQ(error_of<StateError>([&] { relu.backward(Tensor<float>(Shape{})); }),
             "ReLU::backward: needs a forward first");
   EncoderLayer<float> encoder(small_layer());
-  EXPECT_EQ(error_of<Error>([&] { encoder.backward(Tensor<float>()); }),
+  EXPECT_EQ(error_of<StateError>([&] { encoder.backward(Tensor<float>()); }),
             "EncoderLayer::backward: needs a forward first");
   DecoderLayer<float> decoder(small_layer());
-  EXPECT_EQ(error_of<Error>([&] { decoder.backward(Tensor<float>()); }),
+  EXPECT_EQ(error_of<StateError>([&] { decoder.backward(Tensor<float>()); }),
             "DecoderLayer::backward: needs a forward first");
 }
 
@@ -71,6 +71,22 @@ TEST(ModuleEdges, ATensorWithoutStorageHoldsNoElements) {
                          Adam<float>({{"w", never_allocated.value, never_allocated.grad}});
                        }),
                        "Adam: parameter w has no storage"));
+}
+
+TEST(ModuleEdges, ElementwiseModulesRefuseATensorWithoutStorage) {
+  // ReLU's forward and Dropout's training forward returned a one-element scalar for a default
+  // tensor, whose element neither had read; Dropout's eval forward passed it through.
+  ReLU<float> relu;
+  EXPECT_EQ(error_of<ShapeError>([&] { relu.forward(Tensor<float>()); }),
+            "ReLU::forward: expected a tensor with storage, got a default-constructed one");
+  Dropout<float> dropout(0.5);
+  for (const bool training : {true, false}) {
+    dropout.train(training);
+    EXPECT_EQ(error_of<ShapeError>([&] { dropout.forward(Tensor<float>()); }),
+              "Dropout::forward: expected a tensor with storage, got a default-constructed one");
+  }
+  // A scalar is a tensor: one element in, one out.
+  EXPECT_EQ(relu.forward(Tensor<float>::from({}, {2.0f})).at({}), 2.0f);
 }
 
 TEST(ModuleEdges, LearnedPositionsNearIndexsLimitAreRefused) {
@@ -166,7 +182,7 @@ TEST(ModuleEdges, AttentionWeightsAndMaskBiasesSayWhatTheyHold) {
   mha.keep_attention_weights(false);
   mha.forward_self(x5, {});
   mha.keep_attention_weights(true);
-  EXPECT_TRUE(contains(error_of<Error>([&] { mha.attention_weights(); }),
+  EXPECT_TRUE(contains(error_of<StateError>([&] { mha.attention_weights(); }),
                        "no forward since keep_attention_weights(true)"));
   mha.forward_self(x5, {});
   EXPECT_EQ(mha.attention_weights().shape(), Shape({1, 2, 5, 5}));

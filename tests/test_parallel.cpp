@@ -102,9 +102,9 @@ TEST(RegionErrors, AttentionScratchBeyondMemoryIsBadAlloc) {
   std::vector<float> out(q.size()), lse(static_cast<std::size_t>(H * T));
   const attn::AttentionMask<float> none;
   const auto run = [&] {
-    attn::kernels::attention_forward(out.data(), H * K, lse.data(), static_cast<float*>(nullptr),
-                                     q.data(), H * K, kv.data(), H * K, kv.data(), H * K, shape,
-                                     none, 1.0f);
+    attn::kernels::attention_forward<float>(out.data(), H * K, lse.data(), nullptr,
+                                            {q.data(), H * K, kv.data(), H * K, kv.data(), H * K},
+                                            shape, none, 1.0f);
   };
   attn::parallel_for(2, 1 << 20, 0, [](attn::Index) {});  // the team exists before the limit
   {

@@ -19,6 +19,7 @@
 #include "attn/nn/decoder.hpp"
 #include "attn/nn/dropout.hpp"
 #include "attn/nn/embedding.hpp"
+#include "attn/nn/embedding_sum.hpp"
 #include "attn/nn/encoder.hpp"
 #include "attn/nn/feed_forward.hpp"
 #include "attn/nn/gradient_hook.hpp"

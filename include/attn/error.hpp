@@ -63,6 +63,13 @@ class DataError : public Error {
   using Error::Error;
 };
 
+/// A call came out of order: backward before forward, a gradient before the backward that makes
+/// it, weights a forward did not keep, a second sum while one is in flight.
+class StateError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// An internal invariant was broken: a bug in attn, never the caller's fault.
 class InternalError : public Error {
  public:

@@ -413,12 +413,12 @@ TEST(DataParallelOverlapped, AParameterBackwardNeverReportedIsNamedAtFinish) {
   // Reported twice is refused at once.
   dp.begin_overlapped();
   dp.gradients_final({1});
-  EXPECT_THROW(dp.gradients_final({1}), Error);
-  EXPECT_THROW(dp.gradients_final({static_cast<Index>(params.size())}), Error);
+  EXPECT_THROW(dp.gradients_final({1}), StateError);
+  EXPECT_THROW(dp.gradients_final({static_cast<Index>(params.size())}), IndexError);
   // The ranks are in step again: the next overlapped sum completes.
   dp.start_remaining();
   EXPECT_NO_THROW(dp.finish_overlapped());
-  EXPECT_THROW(dp.finish_overlapped(), Error);  // no begin_overlapped
+  EXPECT_THROW(dp.finish_overlapped(), StateError);  // no begin_overlapped
 }
 
 TEST(DataParallelOverlapped, AModelWithOtherParametersIsRefused) {

@@ -38,11 +38,11 @@ namespace attn::kernels {
 /// logits (+infinity for a fully blocked row); weights (nullptr = not wanted, no cost)
 /// [B, H, T, S] the probabilities before dropout.
 template <class T>
-void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index ldq, const T* k,
-                       Index ldk, const T* v, Index ldv, const AttentionShape& shape,
-                       const AttentionMask<T>& mask, T scale, const DropoutMask& dropout = {}) {
+void attention_forward(T* out, Index ldo, T* lse, T* weights, const AttentionInputs<T>& in,
+                       const AttentionShape& shape, const AttentionMask<T>& mask, T scale,
+                       const DropoutMask& dropout = {}) {
   detail::check_attention("attention_forward", shape, mask, dropout,
-                          {{"ldq", ldq}, {"ldk", ldk}, {"ldv", ldv}, {"ldo", ldo}});
+                          {{"ldq", in.ldq}, {"ldk", in.ldk}, {"ldv", in.ldv}, {"ldo", ldo}});
   const Index S = shape.keys;
   const bool drop = dropout.p > 0.0;
   detail::for_each_query_block(
@@ -60,11 +60,11 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
             detail::dropout_mask_span(row, row, r.n, static_cast<std::uint64_t>(r.bht * S),
                                       dropout.key, dropout.p);
         };
-        if (detail::forward_in_tiles(scratch, blk, q, ldq, k, ldk, v, ldv, out, ldo, lse, scale,
-                                     mask, after_softmax))
+        if (detail::forward_in_tiles(scratch, blk, in, out, ldo, lse, scale, mask, after_softmax))
           return;
         auto pb = scratch.block(scratch.p, blk.nt, blk.ns);
-        detail::block_product(pb, blk.queries(q, ldq), blk.head.keys(k, ldk).transpose(), false,
+        detail::block_product(pb, blk.queries(in.q, in.ldq),
+                              blk.head.keys(in.k, in.ldk).transpose(), false,
                               /*head_operand=*/true);
         detail::for_each_query_row(blk, mask.causal, [&](const detail::QueryRow& r) {
           T* row = scratch.p.data() + r.i * S;
@@ -72,34 +72,35 @@ void attention_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index 
           std::fill(row + r.n, row + blk.ns, T(0));
           after_softmax(r);
         });
-        detail::block_product(blk.queries(out, ldo), pb, blk.head.keys(v, ldv), false,
+        detail::block_product(blk.queries(out, ldo), pb, blk.head.keys(in.v, in.ldv), false,
                               /*head_operand=*/true);  // P V
       });
 }
 
-/// Backward of attention_forward; dq [B*T rows, lddq], dk, dv [B*S rows] are OVERWRITTEN (they may
-/// be column blocks of one packed buffer). `out` and `lse` are the forward's.
+/// Backward of attention_forward: the gradients of the inputs `in` into `grads`, OVERWRITTEN, from
+/// dout [B*T rows, lddo]. `out` and `lse` are the forward's.
 ///   forward:  P = softmax(scale Q K^T + bias),  Pd = P * M / (1 - p),  O = Pd V
 ///   dV = Pd^T dO;  dP = (dO V^T) * M / (1 - p);
 ///   rowsum(P * dP) = rowsum(Pd * dO V^T) = rowsum(dO * Pd V) = rowsum(dO * O) =: D, so
 ///   dlogits = P * (dP - D);  dQ = scale dlogits K;  dK = scale dlogits^T Q.
 template <class T>
-void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv, const T* dout,
-                        Index lddo, const T* q, Index ldq, const T* k, Index ldk, const T* v,
-                        Index ldv, const T* out, Index ldo, const T* lse,
+void attention_backward(const AttentionGradients<T>& grads, const T* dout, Index lddo,
+                        const AttentionInputs<T>& in, const T* out, Index ldo, const T* lse,
                         const AttentionShape& shape, const AttentionMask<T>& mask, T scale,
                         const DropoutMask& dropout = {}) {
-  detail::check_attention_backward("attention_backward", shape, mask, dropout, lddq, lddk, lddv,
-                                   lddo, ldq, ldk, ldv, ldo);
+  detail::check_attention_backward("attention_backward", shape, mask, dropout, grads, lddo, in,
+                                   ldo);
   const Index S = shape.keys;
   const bool drop = dropout.p > 0.0;
   if (shape.queries == 0) {  // no query blocks below: dK and dV are zero
     for (Index r = 0; r < shape.batch * S; ++r) {
-      std::fill(dk + r * lddk, dk + r * lddk + shape.heads * shape.head_dim, T(0));
-      std::fill(dv + r * lddv, dv + r * lddv + shape.heads * shape.head_dim, T(0));
+      std::fill(grads.dk + r * grads.lddk, grads.dk + r * grads.lddk + shape.heads * shape.head_dim,
+                T(0));
+      std::fill(grads.dv + r * grads.lddv, grads.dv + r * grads.lddv + shape.heads * shape.head_dim,
+                T(0));
     }
   }
-  const detail::BackwardOperands<T> x{q, ldq, k, ldk, v, ldv, dout, lddo, out, ldo};
+  const detail::BackwardOperands<T> x{in, dout, lddo, out, ldo};
   detail::for_each_query_block(
       shape, mask, true, drop,
       [&](detail::AttentionScratch<T>& scratch, const detail::QueryBlock<T>& blk) {
@@ -108,10 +109,10 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
         // dK and dV first (0.9% of MHA 32 x 64 fwd+bwd in perf).
         const bool first = blk.t0 == 0;
         if (first && blk.ns < S) {
-          blk.head.keys(dk, lddk).bottomRows(S - blk.ns).setZero();
-          blk.head.keys(dv, lddv).bottomRows(S - blk.ns).setZero();
+          blk.head.keys(grads.dk, grads.lddk).bottomRows(S - blk.ns).setZero();
+          blk.head.keys(grads.dv, grads.lddv).bottomRows(S - blk.ns).setZero();
         }
-        const auto qb = blk.queries(q, ldq), ob = blk.queries(out, ldo),
+        const auto qb = blk.queries(in.q, in.ldq), ob = blk.queries(out, ldo),
                    dob = blk.queries(dout, lddo);
         const bool tiles = detail::backward_tiles_apply<T>(shape, blk.nt, blk.ns);
         detail::backward_scores(scratch, blk, x, tiles);
@@ -132,7 +133,8 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
           }
         });
         auto pb = scratch.block(drop ? scratch.pd : scratch.p, blk.nt, blk.ns);  // Pd, or P
-        detail::gradient_product<T>(blk.keys(dv, lddv), pb.transpose(), dob, !first, tiles);
+        detail::gradient_product<T>(blk.keys(grads.dv, grads.lddv), pb.transpose(), dob, !first,
+                                    tiles);
         // dS = P (dP - D) scale, a plain loop: on the short rows of a Multi30k batch (22 keys)
         // an Eigen array expression per row cost more to set up than to run (the same bits).
         for (Index i = 0; i < blk.nt; ++i) {
@@ -142,9 +144,11 @@ void attention_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
           for (Index j = 0; j < blk.ns; ++j) ds[j] = pr[j] * (ds[j] - d) * scale;
         }
         auto dsb = scratch.block(scratch.dp, blk.nt, blk.ns);  // scale dlogits
-        detail::gradient_product<T>(blk.queries(dq, lddq), dsb, blk.head.keys(k, ldk), false, tiles,
+        detail::gradient_product<T>(blk.queries(grads.dq, grads.lddq), dsb,
+                                    blk.head.keys(in.k, in.ldk), false, tiles,
                                     /*head_operand=*/true);
-        detail::gradient_product<T>(blk.keys(dk, lddk), dsb.transpose(), qb, !first, tiles);
+        detail::gradient_product<T>(blk.keys(grads.dk, grads.lddk), dsb.transpose(), qb, !first,
+                                    tiles);
       });
 }
 

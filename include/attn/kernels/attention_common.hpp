@@ -23,6 +23,29 @@ struct AttentionShape {
   Index batch, heads, queries /*T*/, keys /*S*/, head_dim /*K*/;
 };
 
+/// The forward's inputs in the layout above: Q [B*T rows, ldq], K [B*S rows, ldk], V [B*S, ldv].
+template <class T>
+struct AttentionInputs {
+  const T* q;
+  Index ldq;
+  const T* k;
+  Index ldk;
+  const T* v;
+  Index ldv;
+};
+
+/// Where backward writes the inputs' gradients: dQ [B*T rows, lddq], dK and dV [B*S rows]. They
+/// are overwritten, and may be column blocks of one packed buffer.
+template <class T>
+struct AttentionGradients {
+  T* dq;
+  Index lddq;
+  T* dk;
+  Index lddk;
+  T* dv;
+  Index lddv;
+};
+
 // Dropout on the attention weights (after softmax, before multiplying V) is a DropoutMask
 // (random.hpp) over the weights [B, H, T, S]: weight (b,h,t,s) is dropped iff
 // uniform_at(key, ((b*H + h)*T + t)*S + s) < p.
@@ -92,17 +115,17 @@ void check_attention(const char* who, const AttentionShape& s, const AttentionMa
 /// check_attention with the eight leading dimensions every backward kernel takes.
 template <class T>
 void check_attention_backward(const char* who, const AttentionShape& s,
-                              const AttentionMask<T>& mask, const DropoutMask& dropout, Index lddq,
-                              Index lddk, Index lddv, Index lddo, Index ldq, Index ldk, Index ldv,
-                              Index ldo) {
+                              const AttentionMask<T>& mask, const DropoutMask& dropout,
+                              const AttentionGradients<T>& g, Index lddo,
+                              const AttentionInputs<T>& in, Index ldo) {
   check_attention(who, s, mask, dropout,
-                  {{"lddq", lddq},
-                   {"lddk", lddk},
-                   {"lddv", lddv},
+                  {{"lddq", g.lddq},
+                   {"lddk", g.lddk},
+                   {"lddv", g.lddv},
                    {"lddo", lddo},
-                   {"ldq", ldq},
-                   {"ldk", ldk},
-                   {"ldv", ldv},
+                   {"ldq", in.ldq},
+                   {"ldk", in.ldk},
+                   {"ldv", in.ldv},
                    {"ldo", ldo}});
 }
 

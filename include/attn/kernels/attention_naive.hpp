@@ -24,10 +24,10 @@ namespace detail {
 
 /// P [T, S] of the head, recomputed from scratch; returns each row's log-sum-exp in lse_bh.
 template <class T>
-RowMatrix<T> naive_probabilities(T* lse_bh, const T* q, Index ldq, const T* k, Index ldk,
-                                 const AttentionHead& head, const AttentionMask<T>& mask, T scale) {
+RowMatrix<T> naive_probabilities(T* lse_bh, const AttentionInputs<T>& in, const AttentionHead& head,
+                                 const AttentionMask<T>& mask, T scale) {
   const Index Tq = head.shape.queries, S = head.shape.keys;
-  RowMatrix<T> p = scale * (head.queries(q, ldq) * head.keys(k, ldk).transpose());
+  RowMatrix<T> p = scale * (head.queries(in.q, in.ldq) * head.keys(in.k, in.ldk).transpose());
   for (Index t = 0; t < Tq; ++t) {
     for (Index s = 0; s < S; ++s) {
       if (mask.allows(head.b, t, s, Tq, S))
@@ -64,56 +64,52 @@ RowMatrix<T> naive_dropped(const RowMatrix<T>& x, const AttentionHead& head,
 /// logits (+infinity for a fully blocked row); weights (nullptr = not wanted) [B, H, T, S] the
 /// probabilities before dropout.
 template <class T>
-void attention_forward_naive(T* out, Index ldo, T* lse, T* weights, const T* q, Index ldq,
-                             const T* k, Index ldk, const T* v, Index ldv,
+void attention_forward_naive(T* out, Index ldo, T* lse, T* weights, const AttentionInputs<T>& in,
                              const AttentionShape& shape, const AttentionMask<T>& mask, T scale,
                              const DropoutMask& dropout = {}) {
   detail::check_attention("attention_forward_naive", shape, mask, dropout,
-                          {{"ldq", ldq}, {"ldk", ldk}, {"ldv", ldv}, {"ldo", ldo}});
+                          {{"ldq", in.ldq}, {"ldk", in.ldk}, {"ldv", in.ldv}, {"ldo", ldo}});
   for (Index b = 0; b < shape.batch; ++b)
     for (Index h = 0; h < shape.heads; ++h) {
       const detail::AttentionHead head{shape, b, h};
       const Index first = head.query_index(0);  // of the head's T rows in [B, H, T]
-      RowMatrix<T> p = detail::naive_probabilities(lse + first, q, ldq, k, ldk, head, mask, scale);
+      RowMatrix<T> p = detail::naive_probabilities(lse + first, in, head, mask, scale);
       if (weights != nullptr)
         Eigen::Map<RowMatrix<T>>(weights + first * shape.keys, shape.queries, shape.keys) = p;
-      head.queries(out, ldo) = detail::naive_dropped(p, head, dropout) * head.keys(v, ldv);
+      head.queries(out, ldo) = detail::naive_dropped(p, head, dropout) * head.keys(in.v, in.ldv);
     }
 }
 
-/// Backward of attention_forward_naive; dq, dk, dv are OVERWRITTEN. Recomputes the softmax from
+/// Backward of attention_forward_naive; `grads` are OVERWRITTEN. Recomputes the softmax from
 /// scratch and takes the textbook softmax derivative, independently of `out` and `lse` (accepted
 /// for the fast kernel's signature), so it checks the fast kernel's shortcuts rather than
 /// sharing them:
 ///   dV = Pd^T dO;  dPd = dO V^T;  dP = dPd * M / (1 - p);
 ///   dlogits = P * (dP - rowsum(P * dP));  dQ = scale dlogits K;  dK = scale dlogits^T Q.
 template <class T>
-void attention_backward_naive(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv,
-                              const T* dout, Index lddo, const T* q, Index ldq, const T* k,
-                              Index ldk, const T* v, Index ldv, const T* out, Index ldo,
-                              const T* lse, const AttentionShape& shape,
-                              const AttentionMask<T>& mask, T scale,
+void attention_backward_naive(const AttentionGradients<T>& grads, const T* dout, Index lddo,
+                              const AttentionInputs<T>& in, const T* out, Index ldo, const T* lse,
+                              const AttentionShape& shape, const AttentionMask<T>& mask, T scale,
                               const DropoutMask& dropout = {}) {
   (void)out;
   (void)lse;
-  detail::check_attention_backward("attention_backward_naive", shape, mask, dropout, lddq, lddk,
-                                   lddv, lddo, ldq, ldk, ldv, ldo);
+  detail::check_attention_backward("attention_backward_naive", shape, mask, dropout, grads, lddo,
+                                   in, ldo);
   const Index Tq = shape.queries, S = shape.keys;
   std::vector<T> lse_bh(static_cast<std::size_t>(Tq));
   for (Index b = 0; b < shape.batch; ++b)
     for (Index h = 0; h < shape.heads; ++h) {
       const detail::AttentionHead head{shape, b, h};
-      const RowMatrix<T> p =
-          detail::naive_probabilities(lse_bh.data(), q, ldq, k, ldk, head, mask, scale);
+      const RowMatrix<T> p = detail::naive_probabilities(lse_bh.data(), in, head, mask, scale);
       const auto doh = head.queries(dout, lddo);
-      head.keys(dv, lddv) = detail::naive_dropped(p, head, dropout).transpose() * doh;
-      const RowMatrix<T> dpd = doh * head.keys(v, ldv).transpose();
+      head.keys(grads.dv, grads.lddv) = detail::naive_dropped(p, head, dropout).transpose() * doh;
+      const RowMatrix<T> dpd = doh * head.keys(in.v, in.ldv).transpose();
       const RowMatrix<T> dp = detail::naive_dropped(dpd, head, dropout);
       RowMatrix<T> dlogits(Tq, S);
       for (Index t = 0; t < Tq; ++t)
         softmax_row_backward(dlogits.data() + t * S, p.data() + t * S, dp.data() + t * S, S);
-      head.queries(dq, lddq) = scale * (dlogits * head.keys(k, ldk));
-      head.keys(dk, lddk) = scale * (dlogits.transpose() * head.queries(q, ldq));
+      head.queries(grads.dq, grads.lddq) = scale * (dlogits * head.keys(in.k, in.ldk));
+      head.keys(grads.dk, grads.lddk) = scale * (dlogits.transpose() * head.queries(in.q, in.ldq));
     }
 }
 

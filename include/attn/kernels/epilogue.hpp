@@ -3,8 +3,7 @@
 // set (kernels/detail/gemm_tile.hpp), so a field cannot be added to one and lost on the way.
 #pragma once
 
-#include <cstdint>
-
+#include "attn/random.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn::kernels {
@@ -13,8 +12,8 @@ template <class T>
 struct Epilogue {
   const T* bias = nullptr;  // [N] added to every row of c, or null
   bool relu = false;        // c = max(0, c) after the bias
-  double dropout = 0;       // then dropout (kernels/dropout.hpp) with this probability and key,
-  std::uint64_t dropout_key = 0;  // element (i, j) of c being element i N + j of the mask
+  DropoutMask dropout{};    // then dropout (kernels/dropout.hpp), element (i, j) of c being
+                            // element i N + j of the mask (p = 0: none)
   // Or (not with the above) a gate: c(i, j) = gate(i, j) > 0 ? c(i, j) gate_scale : 0, for gate
   // [M, N] with row stride gate_stride. It is the backward of y = dropout(max(0, x)) from y (y > 0
   // exactly where the ReLU passed and the dropout kept; gate_scale 1 / (1 - p), or 1 without

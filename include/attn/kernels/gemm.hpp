@@ -178,12 +178,12 @@ void apply_epilogue(Dst& c, const Epilogue<T>& epi) {
   if (epi.bias != nullptr)
     c.rowwise() += Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>(epi.bias, c.cols());
   if (epi.relu) c = c.cwiseMax(T(0));
-  if (epi.dropout > 0) {  // the scalar mask of kernels/dropout.hpp, element by element
-    const T scale = static_cast<T>(1.0 / (1.0 - epi.dropout));
+  if (epi.dropout.p > 0) {  // the scalar mask of kernels/dropout.hpp, element by element
+    const T scale = static_cast<T>(1.0 / (1.0 - epi.dropout.p));
     for (Index i = 0; i < c.rows(); ++i)
       for (Index j = 0; j < c.cols(); ++j) {
         const auto flat = static_cast<std::uint64_t>(i * c.cols() + j);
-        c(i, j) = uniform_at(epi.dropout_key, flat) < epi.dropout ? T(0) : c(i, j) * scale;
+        c(i, j) = epi.dropout.keeps(flat) ? c(i, j) * scale : T(0);
       }
   }
   if (epi.gate != nullptr)
@@ -228,8 +228,9 @@ bool try_gemm_own(Dst& c, const Lhs& a, const Rhs& b, bool accumulate, const Epi
         work >= (few_rows ? kGemmSmallParallelMinWork : kGemmParallelMinWork) ? num_threads() : 1;
     const bool avx512 = path == GemmPath::avx512;
     if (few_rows && gemm_small_rows(ac, bc, *cv, accumulate, epi, threads, avx512)) {
-      if (epi.dropout > 0)
-        dropout_rows(cv->data, cv->rows, cv->cols, cv->row_stride, 0, epi.dropout, epi.dropout_key);
+      if (epi.dropout.p > 0)
+        dropout_rows(cv->data, cv->rows, cv->cols, cv->row_stride, 0, epi.dropout.p,
+                     epi.dropout.key);
       apply_gate(*cv, epi);
       if (epi.row_sums_of_a != nullptr)
         (avx512 ? avx512::add_row_sums : avx2::add_row_sums)(ac, 0, ac.rows, 0, ac.cols,
@@ -314,14 +315,14 @@ void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T
              "kernels::gemm: expected a [M, K], b [K, N] and c [M, N], got a [", a.rows(), ", ",
              a.cols(), "], b [", b.rows(), ", ", b.cols(), "] and c [", c.rows(), ", ", c.cols(),
              "]");
-  ATTN_CHECK(epi.gate == nullptr || (epi.bias == nullptr && !epi.relu && epi.dropout == 0),
+  ATTN_CHECK(epi.gate == nullptr || (epi.bias == nullptr && !epi.relu && epi.dropout.p == 0),
              ConfigError, "kernels::gemm: an epilogue with a gate takes no bias, ReLU or dropout");
   detail::check_output_apart(c, a, "a");
   detail::check_output_apart(c, b, "b");
   const auto lifetime = constant_b ? detail::BLifetime::weight : detail::BLifetime::product;
   if (detail::try_gemm_own(c, a, b, accumulate, epi, lifetime)) return;
   detail::gemm_eigen(c, a, b, accumulate);
-  if (epi.bias != nullptr || epi.relu || epi.dropout > 0 || epi.gate != nullptr)
+  if (epi.bias != nullptr || epi.relu || epi.dropout.p > 0 || epi.gate != nullptr)
     detail::apply_epilogue(c, epi);
   if (epi.row_sums_of_a != nullptr) detail::add_row_sums_eigen(epi.row_sums_of_a, a);
 }

@@ -9,16 +9,14 @@
 
 namespace attn::kernels {
 
-/// y[N, O] = x[N, I] W[O, I]^T + b[O], then max(0, .) when `relu`, then dropout with probability
-/// `dropout` and key `dropout_key` (y's elements numbered row-major), all applied as y is stored.
+/// y[N, O] = x[N, I] W[O, I]^T + b[O], then max(0, .) when `relu`, then `dropout` (y's elements
+/// numbered row-major), all applied as y is stored.
 /// `b` may be null (no bias). Shapes are the caller's to check. W is marked as a weight, so its
 /// packed form is reused while a ConstantWeightsScope is open (decoding).
 template <class T>
 void linear_forward(MatrixRef<T> y, const ConstMatrixRef<T>& x, const ConstMatrixRef<T>& w,
-                    const T* b, bool relu = false, double dropout = 0,
-                    std::uint64_t dropout_key = 0) {
-  gemm(y, x, w.transpose(), false, Epilogue<T>{b, relu, dropout, dropout_key},
-       /*constant_b=*/true);
+                    const T* b, bool relu = false, const DropoutMask& dropout = {}) {
+  gemm(y, x, w.transpose(), false, Epilogue<T>{b, relu, dropout}, /*constant_b=*/true);
 }
 
 /// Backward of y = x W^T + b:

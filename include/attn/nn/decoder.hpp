@@ -151,7 +151,7 @@ class DecoderLayer : public Module<T> {
   /// parameter gradient.
   const Tensor<T>& backward(const Tensor<T>& dy) {
     const Shape& y_shape = ffn_residual_.output_shape();
-    ATTN_CHECK(y_shape.rank() >= 1, Error, "DecoderLayer::backward: needs a forward first");
+    ATTN_CHECK(y_shape.rank() >= 1, StateError, "DecoderLayer::backward: needs a forward first");
     ATTN_CHECK(dy.shape() == y_shape, ShapeError, "DecoderLayer::backward: expected dy of shape ",
                y_shape, ", got ", dy.shape());
     const Tensor<T>& dh2 = ffn_residual_.backward(
@@ -247,7 +247,8 @@ class Decoder : public LayerStack<T, DecoderLayer<T>> {
 
   /// Gradient of the memory [B, S, D] summed over the layers, from the last backward.
   const Tensor<T>& dmemory() const {
-    ATTN_CHECK(dmemory_.rank() == 3, Error, "Decoder::dmemory: needs forward and backward first");
+    ATTN_CHECK(dmemory_.rank() == 3, StateError,
+               "Decoder::dmemory: needs forward and backward first");
     return dmemory_;
   }
 

@@ -25,6 +25,7 @@ class Dropout : public Module<T> {
 
   /// x [...] -> y [...]. In evaluation mode or with p = 0 the result is a handle to x itself.
   const Tensor<T>& forward(const Tensor<T>& x) {
+    detail::check_has_storage(x, "Dropout::forward");
     fused_forward(x.shape());  // decides active_ and draws the key, as a fused caller would
     if (!active_) {
       passthrough_ = x;

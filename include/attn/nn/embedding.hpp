@@ -62,7 +62,7 @@ class Embedding : public Module<T> {
   /// discrete, so there is no input gradient to return. Serial on purpose: repeated ids make the
   /// scatter-add a race, and a fixed order keeps the sum bit-reproducible.
   void backward(const Tensor<T>& dy) {
-    ATTN_CHECK(y_.rank() >= 1, Error, "Embedding::backward: needs a forward first");
+    ATTN_CHECK(y_.rank() >= 1, StateError, "Embedding::backward: needs a forward first");
     ATTN_CHECK(dy.shape() == y_.shape(), ShapeError, "Embedding::backward: expected dy of shape ",
                y_.shape(), ", got ", dy.shape());
     auto g = weight.grad.matrix();

@@ -70,7 +70,7 @@ class EncoderLayer : public Module<T> {
   /// dy [B, S, D] -> dx [B, S, D]; accumulates every parameter gradient.
   const Tensor<T>& backward(const Tensor<T>& dy) {
     const Shape& y_shape = ffn_residual_.output_shape();
-    ATTN_CHECK(y_shape.rank() >= 1, Error, "EncoderLayer::backward: needs a forward first");
+    ATTN_CHECK(y_shape.rank() >= 1, StateError, "EncoderLayer::backward: needs a forward first");
     ATTN_CHECK(dy.shape() == y_shape, ShapeError, "EncoderLayer::backward: expected dy of shape ",
                y_shape, ", got ", dy.shape());
     const Tensor<T>& dh = ffn_residual_.backward(

@@ -52,14 +52,14 @@ std::vector<std::vector<Index>> final_parameters_by_stage(
       if (m == nullptr) continue;
       for (const auto& p : m->parameters()) {
         const auto it = index.find(p.value.data());
-        ATTN_CHECK(it != index.end(), Error, "final_parameters_by_stage: stage ", k, " holds ",
-                   p.name, ", which the model does not list");
+        ATTN_CHECK(it != index.end(), ConfigError, "final_parameters_by_stage: stage ", k,
+                   " holds ", p.name, ", which the model does not list");
         last[it->second] = static_cast<std::ptrdiff_t>(k);
       }
     }
   std::vector<std::vector<Index>> out(stages.size());
   for (std::size_t i = 0; i < all.size(); ++i) {
-    ATTN_CHECK(last[i] >= 0, Error, "final_parameters_by_stage: ", all[i].name,
+    ATTN_CHECK(last[i] >= 0, ConfigError, "final_parameters_by_stage: ", all[i].name,
                " belongs to no stage of backward, so no hook would report it");
     out[static_cast<std::size_t>(last[i])].push_back(static_cast<Index>(i));
   }

@@ -68,7 +68,7 @@ class LayerNorm : public Module<T> {
 
   /// dy [..., D] -> dx [..., D]; accumulates weight.grad and bias.grad.
   const Tensor<T>& backward(const Tensor<T>& dy) {
-    ATTN_CHECK(y_.rank() >= 1, Error, "LayerNorm::backward: needs a forward first");
+    ATTN_CHECK(y_.rank() >= 1, StateError, "LayerNorm::backward: needs a forward first");
     ATTN_CHECK(dy.shape() == y_.shape(), ShapeError, "LayerNorm::backward: expected dy of shape ",
                y_.shape(), ", got ", dy.shape());
     dx_.resize(x_.shape());

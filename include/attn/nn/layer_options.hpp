@@ -158,18 +158,6 @@ inline const LayerOptions& validated(const LayerOptions& o) {
   return o;
 }
 
-/// Throws ShapeError unless x is a layer activation [B, L, D] (and B == batch when batch >= 0).
-template <class T>
-void check_activation(const Tensor<T>& x, Index d_model, const char* who, const char* what,
-                      Index batch = -1) {
-  const bool ok = x.rank() == 3 && x.size(2) == d_model && (batch < 0 || x.size(0) == batch);
-  if (batch < 0)
-    ATTN_CHECK(ok, ShapeError, who, ": expected ", what, " [B, L, ", d_model, "], got ", x.shape());
-  else
-    ATTN_CHECK(ok, ShapeError, who, ": expected ", what, " [", batch, ", S, ", d_model,
-               "] (B of the target), got ", x.shape());
-}
-
 }  // namespace detail
 
 }  // namespace attn

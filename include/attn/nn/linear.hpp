@@ -39,7 +39,7 @@ class Linear : public Module<T> {
     x_ = x;
     y_.resize(x.shape().with_last(out_));
     kernels::linear_forward<T>(y_.matrix(), x.matrix(), weight.value.matrix(),
-                               has_bias_ ? bias.value.data() : nullptr, relu, drop.p, drop.key);
+                               has_bias_ ? bias.value.data() : nullptr, relu, drop);
     return y_;
   }
 
@@ -50,7 +50,7 @@ class Linear : public Module<T> {
   /// the input's shape. With gate = a ReLU's (and dropout's) output x and gate_scale 1 / (1 - p),
   /// this is the backward of those too, fused (FeedForward).
   const Tensor<T>& backward(const Tensor<T>& dy, const Tensor<T>* gate, T gate_scale) {
-    ATTN_CHECK(y_.rank() >= 1, Error, "Linear::backward: needs a forward first");
+    ATTN_CHECK(y_.rank() >= 1, StateError, "Linear::backward: needs a forward first");
     ATTN_CHECK(dy.shape() == y_.shape(), ShapeError, "Linear::backward: expected dy of shape ",
                y_.shape(), ", got ", dy.shape());
     ATTN_CHECK(gate == nullptr || gate->shape() == x_.shape(), ShapeError,

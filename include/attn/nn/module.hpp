@@ -162,4 +162,29 @@ class Module {
   bool training_ = true;
 };
 
+namespace detail {
+
+/// Throws ShapeError unless x is a layer activation [B, L, D], and B == batch when batch >= 0
+/// (the batch of `batch_of`).
+template <class T>
+void check_activation(const Tensor<T>& x, Index d_model, const char* who, const char* what,
+                      Index batch = -1, const char* batch_of = "the target") {
+  const bool ok = x.rank() == 3 && x.size(2) == d_model && (batch < 0 || x.size(0) == batch);
+  if (batch < 0)
+    ATTN_CHECK(ok, ShapeError, who, ": expected ", what, " [B, L, ", d_model, "], got ", x.shape());
+  else
+    ATTN_CHECK(ok, ShapeError, who, ": expected ", what, " [", batch, ", S, ", d_model, "] (B of ",
+               batch_of, "), got ", x.shape());
+}
+
+/// Throws ShapeError for a default-constructed tensor (no storage), which element-wise modules
+/// would otherwise turn into a one-element scalar.
+template <class T>
+void check_has_storage(const Tensor<T>& x, const char* who) {
+  ATTN_CHECK(x.has_storage(), ShapeError, who,
+             ": expected a tensor with storage, got a default-constructed one");
+}
+
+}  // namespace detail
+
 }  // namespace attn

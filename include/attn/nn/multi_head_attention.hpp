@@ -67,7 +67,7 @@ class MultiHeadAttention : public Module<T> {
 
   /// Self-attention: x [B, L, D] -> y [B, L, D], queries, keys and values all from x.
   const Tensor<T>& forward_self(const Tensor<T>& x, const AttentionMask<T>& mask) {
-    check_input(x, "x", -1);
+    detail::check_activation(x, d_, "MultiHeadAttention", "x");
     const Index B = x.size(0), L = x.size(1);
     mask.check(B, L, L);
     x_ = x;
@@ -78,16 +78,15 @@ class MultiHeadAttention : public Module<T> {
     kernels::linear_forward<T>(qkv_.matrix(), x.matrix(), in_proj_weight.value.matrix(),
                                in_proj_bias.value.data());
     shape_ = {B, h_, L, L, k_};
-    const T* qkv = qkv_.data();
-    run_forward(qkv, 3 * d_, qkv + d_, 3 * d_, qkv + 2 * d_, 3 * d_, begin_dropout());
+    run_forward(packed_qkv(qkv_.data()), begin_dropout());
     return out_proj.forward(attn_);
   }
 
   /// Cross-attention: queries from x [B, T, D], keys and values from memory [B, S, D].
   const Tensor<T>& forward_cross(const Tensor<T>& x, const Tensor<T>& memory,
                                  const AttentionMask<T>& mask) {
-    check_input(x, "x", -1);
-    check_input(memory, "memory", x.size(0));
+    detail::check_activation(x, d_, "MultiHeadAttention", "x");
+    detail::check_activation(memory, d_, "MultiHeadAttention", "memory", x.size(0), "x");
     const Index B = x.size(0), Tq = x.size(1), S = memory.size(1);
     mask.check(B, Tq, S);
     x_ = x;
@@ -100,7 +99,7 @@ class MultiHeadAttention : public Module<T> {
     kernels::linear_forward<T>(kv_.matrix(), memory.matrix(), w_kv(),
                                in_proj_bias.value.data() + d_);
     shape_ = {B, h_, Tq, S, k_};
-    run_forward(q_.data(), d_, kv_.data(), 2 * d_, kv_.data() + d_, 2 * d_, begin_dropout());
+    run_forward({q_.data(), d_, kv_.data(), 2 * d_, kv_.data() + d_, 2 * d_}, begin_dropout());
     return out_proj.forward(attn_);
   }
 
@@ -108,7 +107,7 @@ class MultiHeadAttention : public Module<T> {
   /// Cross-attention: the query path; the memory's gradient is dmemory(). Accumulates every
   /// parameter gradient.
   const Tensor<T>& backward(const Tensor<T>& dy) {
-    ATTN_CHECK(mode_ == Mode::Self || mode_ == Mode::Cross, Error,
+    ATTN_CHECK(mode_ == Mode::Self || mode_ == Mode::Cross, StateError,
                "MultiHeadAttention::backward: needs a forward_self or forward_cross first "
                "(incremental decoding steps have no backward)");
     ATTN_CHECK(dy.shape() == x_.shape(), ShapeError,
@@ -121,17 +120,15 @@ class MultiHeadAttention : public Module<T> {
       // dx = dqkv W_in sums the three paths in one GEMM.
       dqkv_.resize(qkv_.shape());
       T* d = dqkv_.data();
-      const T* qkv = qkv_.data();
-      run_backward(d, 3 * d_, d + d_, 3 * d_, d + 2 * d_, 3 * d_, dattn, qkv, 3 * d_, qkv + d_,
-                   3 * d_, qkv + 2 * d_, 3 * d_);
+      run_backward({d, 3 * d_, d + d_, 3 * d_, d + 2 * d_, 3 * d_}, dattn, packed_qkv(qkv_.data()));
       kernels::linear_backward<T>(dx_.matrix(), in_proj_weight.grad.matrix(),
                                   in_proj_bias.grad.data(), dqkv_.matrix(), x_.matrix(),
                                   in_proj_weight.value.matrix());
     } else {
       dq_.resize(q_.shape());
       dkv_.resize(kv_.shape());
-      run_backward(dq_.data(), d_, dkv_.data(), 2 * d_, dkv_.data() + d_, 2 * d_, dattn, q_.data(),
-                   d_, kv_.data(), 2 * d_, kv_.data() + d_, 2 * d_);
+      run_backward({dq_.data(), d_, dkv_.data(), 2 * d_, dkv_.data() + d_, 2 * d_}, dattn,
+                   {q_.data(), d_, kv_.data(), 2 * d_, kv_.data() + d_, 2 * d_});
       kernels::linear_backward<T>(dx_.matrix(), in_proj_weight.grad.matrix().topRows(d_),
                                   in_proj_bias.grad.data(), dq_.matrix(), x_.matrix(), w_q());
       dmemory_.resize(memory_.shape());
@@ -144,7 +141,7 @@ class MultiHeadAttention : public Module<T> {
 
   /// Gradient of the memory [B, S, D] from the last cross-attention backward (overwritten).
   const Tensor<T>& dmemory() const {
-    ATTN_CHECK(mode_ == Mode::Cross && dmemory_.rank() == 3, Error,
+    ATTN_CHECK(mode_ == Mode::Cross && dmemory_.rank() == 3, StateError,
                "MultiHeadAttention::dmemory: needs forward_cross followed by backward");
     return dmemory_;
   }
@@ -153,7 +150,7 @@ class MultiHeadAttention : public Module<T> {
   /// Appends its keys and values to `cache` (allocate(B, max_len, D) first) and attends over all
   /// cached positions, which is exactly what the causal mask allows the newest position.
   const Tensor<T>& forward_self_step(const Tensor<T>& x, KVCache<T>& cache) {
-    check_input(x, "x", -1);
+    detail::check_activation(x, d_, "MultiHeadAttention", "x");
     const Index B = x.size(0);
     ATTN_CHECK(x.size(1) == 1, ShapeError,
                "MultiHeadAttention::forward_self_step: expected x [B, 1, ", d_, "], got ",
@@ -179,22 +176,19 @@ class MultiHeadAttention : public Module<T> {
     cache.length = pos + 1;
     // Batch rows of the cache are `capacity` rows apart, not `length`, so the kernel runs per row.
     const Index S = cache.length;
-    attn_.resize({B, 1, d_});
-    lse_.resize({B, h_, 1});
-    if (keep_weights_) {
-      weights_.resize({B, h_, 1, S});
-      weights_current_ = true;
-    }
+    T* weights = prepare_outputs(B, 1, S);
     const kernels::AttentionShape one{1, h_, 1, S, k_};
     const AttentionMask<T> all;
     // The sentences in parallel (each call then runs on its thread): one sentence's heads are too
     // little work to wake a thread team for.
     const Index per_sentence = B > 1 ? h_ * S * k_ : 0;
     parallel_for(B, per_sentence, kernels::kAttentionParallelMinWork - 1, [&](Index b) {
+      const T* qkv = qkv_.data() + b * 3 * d_;
       dispatch_forward(attn_.data() + b * d_, d_, lse_.data() + b * h_,
-                       keep_weights_ ? weights_.data() + b * h_ * S : nullptr,
-                       qkv_.data() + b * 3 * d_, 3 * d_, cache.keys.data() + b * cap * d_, d_,
-                       cache.values.data() + b * cap * d_, d_, one, all, {});
+                       weights ? weights + b * h_ * S : nullptr,
+                       {qkv, 3 * d_, cache.keys.data() + b * cap * d_, d_,
+                        cache.values.data() + b * cap * d_, d_},
+                       one, all, {});
     });
     return out_proj.forward(attn_);
   }
@@ -204,8 +198,8 @@ class MultiHeadAttention : public Module<T> {
   /// calls reuse them (the memory must then be the same).
   const Tensor<T>& forward_cross_cached(const Tensor<T>& x, const Tensor<T>& memory,
                                         KVCache<T>& cache, const AttentionMask<T>& mask) {
-    check_input(x, "x", -1);
-    check_input(memory, "memory", x.size(0));
+    detail::check_activation(x, d_, "MultiHeadAttention", "x");
+    detail::check_activation(memory, d_, "MultiHeadAttention", "memory", x.size(0), "x");
     const Index B = x.size(0), Tq = x.size(1), S = memory.size(1);
     mask.check(B, Tq, S);
     mode_ = Mode::Step;
@@ -226,14 +220,9 @@ class MultiHeadAttention : public Module<T> {
     q_.resize({B, Tq, d_});
     kernels::linear_forward<T>(q_.matrix(), x.matrix(), w_q(), in_proj_bias.value.data());
     shape_ = {B, h_, Tq, S, k_};
-    attn_.resize({B, Tq, d_});
-    lse_.resize({B, h_, Tq});
-    if (keep_weights_) {
-      weights_.resize({B, h_, Tq, S});
-      weights_current_ = true;
-    }
-    dispatch_forward(attn_.data(), d_, lse_.data(), keep_weights_ ? weights_.data() : nullptr,
-                     q_.data(), d_, cache.keys.data(), d_, cache.values.data(), d_, shape_, mask,
+    T* weights = prepare_outputs(B, Tq, S);
+    dispatch_forward(attn_.data(), d_, lse_.data(), weights,
+                     {q_.data(), d_, cache.keys.data(), d_, cache.values.data(), d_}, shape_, mask,
                      {});
     return out_proj.forward(attn_);
   }
@@ -248,11 +237,11 @@ class MultiHeadAttention : public Module<T> {
   /// [B, H, T, S] softmax probabilities (before dropout) of the last forward; rows of blocked
   /// keys are 0, and a query with every key blocked has an all-zero row.
   const Tensor<T>& attention_weights() const {
-    ATTN_CHECK(keep_weights_, Error,
+    ATTN_CHECK(keep_weights_, StateError,
                "MultiHeadAttention::attention_weights: not kept; call keep_attention_weights(true) "
                "before forward");
     ATTN_CHECK(
-        weights_current_, Error,
+        weights_current_, StateError,
         "MultiHeadAttention::attention_weights: no forward since keep_attention_weights(true)");
     return weights_;
   }
@@ -285,17 +274,6 @@ class MultiHeadAttention : public Module<T> {
     return d_model;
   }
 
-  /// x must be [B, L, D]; batch >= 0 also requires B == batch (memory against x).
-  void check_input(const Tensor<T>& x, const char* what, Index batch) const {
-    const bool ok = x.rank() == 3 && x.size(2) == d_ && (batch < 0 || x.size(0) == batch);
-    if (batch < 0)
-      ATTN_CHECK(ok, ShapeError, "MultiHeadAttention: expected ", what, " [B, L, ", d_, "], got ",
-                 x.shape());
-    else
-      ATTN_CHECK(ok, ShapeError, "MultiHeadAttention: expected ", what, " [", batch, ", S, ", d_,
-                 "] (B of x), got ", x.shape());
-  }
-
   // Row blocks of in_proj_weight: W^Q [D, D] and W^K;W^V [2D, D].
   ConstMatrixRef<T> w_q() const { return in_proj_weight.value.matrix().topRows(d_); }
   ConstMatrixRef<T> w_kv() const { return in_proj_weight.value.matrix().bottomRows(2 * d_); }
@@ -307,42 +285,47 @@ class MultiHeadAttention : public Module<T> {
     return dropout_;
   }
 
-  void run_forward(const T* q, Index ldq, const T* k, Index ldk, const T* v, Index ldv,
-                   const DropoutMask& dropout) {
-    attn_.resize({shape_.batch, shape_.queries, d_});
-    lse_.resize({shape_.batch, h_, shape_.queries});
-    if (keep_weights_) {
-      weights_.resize({shape_.batch, h_, shape_.queries, shape_.keys});
-      weights_current_ = true;
-    }
-    dispatch_forward(attn_.data(), d_, lse_.data(), keep_weights_ ? weights_.data() : nullptr, q,
-                     ldq, k, ldk, v, ldv, shape_, mask_, dropout);
+  /// Q, K, V as the column blocks [0, D), [D, 2D), [2D, 3D) of one [B*L, 3D] projection.
+  kernels::AttentionInputs<T> packed_qkv(const T* qkv) const {
+    return {qkv, 3 * d_, qkv + d_, 3 * d_, qkv + 2 * d_, 3 * d_};
   }
 
-  void dispatch_forward(T* out, Index ldo, T* lse, T* weights, const T* q, Index ldq, const T* k,
-                        Index ldk, const T* v, Index ldv, const kernels::AttentionShape& shape,
+  /// Sizes the heads' output [B, T, D] and log-sum-exp [B, H, T] for T queries over S keys, and
+  /// the weights [B, H, T, S] when kept; returns where the weights go, or nullptr.
+  T* prepare_outputs(Index B, Index Tq, Index S) {
+    attn_.resize({B, Tq, d_});
+    lse_.resize({B, h_, Tq});
+    if (!keep_weights_) return nullptr;
+    weights_.resize({B, h_, Tq, S});
+    weights_current_ = true;
+    return weights_.data();
+  }
+
+  void run_forward(const kernels::AttentionInputs<T>& in, const DropoutMask& dropout) {
+    T* weights = prepare_outputs(shape_.batch, shape_.queries, shape_.keys);
+    dispatch_forward(attn_.data(), d_, lse_.data(), weights, in, shape_, mask_, dropout);
+  }
+
+  void dispatch_forward(T* out, Index ldo, T* lse, T* weights,
+                        const kernels::AttentionInputs<T>& in, const kernels::AttentionShape& shape,
                         const AttentionMask<T>& mask, const DropoutMask& dropout) {
     // Eq. 1 for every head at once: head_i = softmax(Q_i K_i^T / sqrt(d_k)) V_i, d_k = D / H.
     const T scale = T(1) / std::sqrt(T(k_));
     if (fast_)
-      kernels::attention_forward<T>(out, ldo, lse, weights, q, ldq, k, ldk, v, ldv, shape, mask,
-                                    scale, dropout);
+      kernels::attention_forward<T>(out, ldo, lse, weights, in, shape, mask, scale, dropout);
     else
-      kernels::attention_forward_naive<T>(out, ldo, lse, weights, q, ldq, k, ldk, v, ldv, shape,
-                                          mask, scale, dropout);
+      kernels::attention_forward_naive<T>(out, ldo, lse, weights, in, shape, mask, scale, dropout);
   }
 
-  void run_backward(T* dq, Index lddq, T* dk, Index lddk, T* dv, Index lddv, const Tensor<T>& dout,
-                    const T* q, Index ldq, const T* k, Index ldk, const T* v, Index ldv) {
+  void run_backward(const kernels::AttentionGradients<T>& grads, const Tensor<T>& dout,
+                    const kernels::AttentionInputs<T>& in) {
     const T scale = T(1) / std::sqrt(T(k_));
     if (fast_)
-      kernels::attention_backward<T>(dq, lddq, dk, lddk, dv, lddv, dout.data(), d_, q, ldq, k, ldk,
-                                     v, ldv, attn_.data(), d_, lse_.data(), shape_, mask_, scale,
-                                     dropout_);
+      kernels::attention_backward<T>(grads, dout.data(), d_, in, attn_.data(), d_, lse_.data(),
+                                     shape_, mask_, scale, dropout_);
     else
-      kernels::attention_backward_naive<T>(dq, lddq, dk, lddk, dv, lddv, dout.data(), d_, q, ldq, k,
-                                           ldk, v, ldv, attn_.data(), d_, lse_.data(), shape_,
-                                           mask_, scale, dropout_);
+      kernels::attention_backward_naive<T>(grads, dout.data(), d_, in, attn_.data(), d_,
+                                           lse_.data(), shape_, mask_, scale, dropout_);
   }
 
   bool keep_weights_ = false;

@@ -11,6 +11,7 @@ class ReLU : public Module<T> {
  public:
   /// x [...] -> y [...].
   const Tensor<T>& forward(const Tensor<T>& x) {
+    detail::check_has_storage(x, "ReLU::forward");
     y_.resize(x.shape());
     kernels::relu_forward<T>(y_.data(), x.data(), x.numel());
     out_ = y_;
@@ -29,7 +30,7 @@ class ReLU : public Module<T> {
 
   /// dy [...] -> dx [...] = dy where y > 0, else 0.
   const Tensor<T>& backward(const Tensor<T>& dy) {
-    ATTN_CHECK(out_.has_storage(), Error, "ReLU::backward: needs a forward first");
+    ATTN_CHECK(out_.has_storage(), StateError, "ReLU::backward: needs a forward first");
     ATTN_CHECK(dy.shape() == out_.shape(), ShapeError, "ReLU::backward: expected dy of shape ",
                out_.shape(), ", got ", dy.shape());
     dx_.resize(dy.shape());

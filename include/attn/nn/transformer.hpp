@@ -21,10 +21,10 @@
 #include "attn/nn/decoder.hpp"
 #include "attn/nn/dropout.hpp"
 #include "attn/nn/embedding.hpp"
+#include "attn/nn/embedding_sum.hpp"
 #include "attn/nn/encoder.hpp"
 #include "attn/nn/gradient_hook.hpp"
 #include "attn/nn/linear.hpp"
-#include "attn/nn/positional_encoding.hpp"
 #include "attn/nn/scored_positions.hpp"
 #include "attn/nn/transformer_config.hpp"
 
@@ -49,12 +49,8 @@ class Transformer : public Module<T> {
     this->register_module("src_embed", &src_embed);
     this->register_module("tgt_embed", &tgt_embed);
     if (config_.learned_positions) {
-      src_pos_ =
-          std::make_unique<LearnedPositionalEmbedding<T>>(config_.max_positions, config_.d_model);
-      tgt_pos_ =
-          std::make_unique<LearnedPositionalEmbedding<T>>(config_.max_positions, config_.d_model);
-      this->register_module("src_pos", src_pos_.get());
-      this->register_module("tgt_pos", tgt_pos_.get());
+      this->register_module("src_pos", src_input_.learned_positions());
+      this->register_module("tgt_pos", tgt_input_.learned_positions());
     }
     this->register_module("encoder", &encoder);
     this->register_module("decoder", &decoder);
@@ -71,9 +67,9 @@ class Transformer : public Module<T> {
     Rng rng(seed);
     src_embed.reset_parameters(rng);
     tgt_embed.reset_parameters(rng);
-    if (src_pos_) {
-      src_pos_->reset_parameters(rng);
-      tgt_pos_->reset_parameters(rng);
+    if (config_.learned_positions) {
+      src_input_.learned_positions()->reset_parameters(rng);
+      tgt_input_.learned_positions()->reset_parameters(rng);
     }
     encoder.reset_parameters(rng);
     decoder.reset_parameters(rng);
@@ -94,9 +90,7 @@ class Transformer : public Module<T> {
     ATTN_CHECK(src.rank() == 2 && src.size(0) > 0 && src.size(1) > 0, ShapeError,
                "Transformer::encode: expected non-empty source ids [B, S], got ", src.shape());
     src_padding_.assign_tokens(src, config_.pad_id);
-    const Tensor<T>& e = src_embed.forward(src);
-    const Tensor<T>& x = src_pos_ ? src_pos_->forward(e) : src_pe_.forward(e);
-    return encoder.forward(src_dropout.forward(x), src_padding_);
+    return encoder.forward(src_input_.forward(src), src_padding_);
   }
 
   /// tgt_in [B, T] (BOS + y) over `memory` -> logits [B, T, V]. Call after encode() of the batch.
@@ -148,11 +142,9 @@ class Transformer : public Module<T> {
     const Tensor<T>& dh = scoring_ ? scored_.scatter(generator.backward(dlogits), decoder_shape_)
                                    : generator.backward(dlogits);
     finished();
-    const Tensor<T>& dy = tgt_dropout.backward(decoder.backward(dh, finished));
-    tgt_embed.backward(tgt_pos_ ? tgt_pos_->backward(dy) : tgt_pe_.backward(dy));
+    tgt_input_.backward(decoder.backward(dh, finished));
     finished();
-    const Tensor<T>& dx = src_dropout.backward(encoder.backward(decoder.dmemory(), finished));
-    src_embed.backward(src_pos_ ? src_pos_->backward(dx) : src_pe_.backward(dx));
+    src_input_.backward(encoder.backward(decoder.dmemory(), finished));
     finished();
     ATTN_ASSERT(!gradient_hook_ || stage == final_by_stage_.size());
   }
@@ -174,9 +166,9 @@ class Transformer : public Module<T> {
   std::vector<BackwardStage<T>> backward_stages() const {
     std::vector<BackwardStage<T>> stages{{&generator}};
     for (auto& s : decoder.backward_stages()) stages.push_back(std::move(s));
-    stages.push_back({tgt_pos_.get(), &tgt_embed});
+    stages.push_back({tgt_input_.learned_positions(), &tgt_embed});
     for (auto& s : encoder.backward_stages()) stages.push_back(std::move(s));
-    stages.push_back({src_pos_.get(), &src_embed});
+    stages.push_back({src_input_.learned_positions(), &src_embed});
     return stages;
   }
 
@@ -194,17 +186,15 @@ class Transformer : public Module<T> {
                position, " is not the cache's next position, ", cache.length(),
                " (steps decode positions 0, 1, 2, ... in order)");
     scoring_ = false;
-    const Tensor<T>& e = tgt_embed.forward(tokens);
-    const Tensor<T>& y = tgt_pos_ ? tgt_pos_->forward(e, position) : tgt_pe_.forward(e, position);
     return generator.forward(
-        decoder.forward_step(tgt_dropout.forward(y), memory, src_padding_, cache));
+        decoder.forward_step(tgt_input_.forward(tokens, position), memory, src_padding_, cache));
   }
 
   /// The key/value cache for decoding `batch` rows over at most `max_len` positions
   /// (decoder.make_cache), with the target positional table grown to max_len too: its doublings
   /// would otherwise allocate at steps 2, 4, 8 ... (tests/test_allocation.cpp).
   DecoderCache<T> make_decoder_cache(Index batch, Index max_len) {
-    if (!tgt_pos_) tgt_pe_.table(max_len);
+    tgt_input_.reserve_positions(max_len);
     return decoder.make_cache(batch, max_len);
   }
 
@@ -226,6 +216,10 @@ class Transformer : public Module<T> {
     return c;
   }
 
+  Index learned_max_positions() const {
+    return config_.learned_positions ? config_.max_positions : 0;
+  }
+
   static void check_pair(const Tensor<TokenId>& src, const Tensor<TokenId>& tgt_in,
                          const char* what) {
     ATTN_CHECK(src.rank() == 2 && tgt_in.rank() == 2 && src.size(0) == tgt_in.size(0), ShapeError,
@@ -241,20 +235,17 @@ class Transformer : public Module<T> {
                "Transformer::decode: expected memory [", tgt_in.size(0), ", S, ", config_.d_model,
                "] for ", tgt_in.size(0), " target rows, got ", memory.shape());
     tgt_padding_.assign_tokens(tgt_in, config_.pad_id);
-    const Tensor<T>& e = tgt_embed.forward(tgt_in);
-    const Tensor<T>& y = tgt_pos_ ? tgt_pos_->forward(e) : tgt_pe_.forward(e);
     const Tensor<T>& h =
-        decoder.forward(tgt_dropout.forward(y), memory, tgt_padding_, src_padding_);
+        decoder.forward(tgt_input_.forward(tgt_in), memory, tgt_padding_, src_padding_);
     decoder_shape_ = h.shape();
     return h;
   }
 
-  SinusoidalPositionalEncoding<T> src_pe_{config_.d_model};
-  SinusoidalPositionalEncoding<T> tgt_pe_{config_.d_model};
-  std::unique_ptr<LearnedPositionalEmbedding<T>> src_pos_;  // only with learned_positions
-  std::unique_ptr<LearnedPositionalEmbedding<T>> tgt_pos_;
   Dropout<T> src_dropout;  // on embedding + position sums
   Dropout<T> tgt_dropout;
+  // Dropout(embedding + positions): the encoder's and the decoder's inputs.
+  EmbeddingSum<T> src_input_{src_embed, src_dropout, config_.d_model, learned_max_positions()};
+  EmbeddingSum<T> tgt_input_{tgt_embed, tgt_dropout, config_.d_model, learned_max_positions()};
   std::shared_ptr<RandomState> random_state_;
   KeyPaddingMask src_padding_;                      // [B, S] of the last encode()
   KeyPaddingMask tgt_padding_;                      // [B, T] of the last decode()

@@ -103,7 +103,7 @@ class DataParallel {
 
   /// Replaces every parameter gradient by its sum over the ranks (same bits on every rank).
   void all_reduce_gradients() {
-    ATTN_CHECK(!overlapping_, Error,
+    ATTN_CHECK(!overlapping_, StateError,
                "DataParallel::all_reduce_gradients: an overlapped sum is not finished");
     if (ranks_ == 1) return;
     for (const Bucket& b : buckets_) {
@@ -143,7 +143,7 @@ class DataParallel {
 
   /// The next gradients_final() calls come from the last backward pass of an update.
   void begin_overlapped() {
-    ATTN_CHECK(!overlapping_, Error,
+    ATTN_CHECK(!overlapping_, StateError,
                "DataParallel::begin_overlapped: the previous overlapped sum was not finished");
     if (flights_.size() != buckets_.size()) allocate_flights();
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
@@ -162,11 +162,11 @@ class DataParallel {
   void gradients_final(const std::vector<Index>& ids) {
     if (!overlapping_) return;
     for (Index id : ids) {
-      ATTN_CHECK(id >= 0 && static_cast<std::size_t>(id) < params_.size(), Error,
+      ATTN_CHECK(id >= 0 && static_cast<std::size_t>(id) < params_.size(), IndexError,
                  "DataParallel::gradients_final: parameter index ", id, " outside [0, ",
                  params_.size(), ")");
       const auto i = static_cast<std::size_t>(id);
-      ATTN_CHECK(!final_[i], Error, "DataParallel::gradients_final: ", params_[i].name,
+      ATTN_CHECK(!final_[i], StateError, "DataParallel::gradients_final: ", params_[i].name,
                  " reported final twice in one backward pass");
       final_[i] = 1;
       if (--flights_[bucket_of_[i]].waiting == 0) make_ready(bucket_of_[i]);
@@ -185,11 +185,11 @@ class DataParallel {
     start_packed_in_turn();
   }
 
-  /// Waits for every sum, so each gradient holds its sum over the ranks. Throws Error, on every
-  /// rank alike, naming the parameters backward never reported final (their buckets' sums never
-  /// started: a stage missing from the model's hook).
+  /// Waits for every sum, so each gradient holds its sum over the ranks. Throws StateError, on
+  /// every rank alike, naming the parameters backward never reported final (their buckets' sums
+  /// never started: a stage missing from the model's hook).
   void finish_overlapped() {
-    ATTN_CHECK(overlapping_, Error, "DataParallel::finish_overlapped: no begin_overlapped");
+    ATTN_CHECK(overlapping_, StateError, "DataParallel::finish_overlapped: no begin_overlapped");
     overlapping_ = false;
     std::string missing;
     for (std::size_t b = 0; b < buckets_.size(); ++b)
@@ -207,11 +207,11 @@ class DataParallel {
     const auto queued = std::count_if(flights_.begin(), flights_.end(),
                                       [](const Flight& f) { return f.ready && !f.started; });
     if (missing.empty()) {
-      ATTN_CHECK(queued == 0, Error, "DataParallel::finish_overlapped: ", queued,
+      ATTN_CHECK(queued == 0, StateError, "DataParallel::finish_overlapped: ", queued,
                  " final buckets' sums never started (did starting them fail?)");
       return;
     }
-    throw Error(detail::concat(
+    throw StateError(detail::concat(
         "DataParallel::finish_overlapped: backward never reported ", missing, " final, so ",
         missing.find(',') == std::string::npos ? "its" : "their",
         " sum over the ranks never started (does the model's backward call its gradient hook "

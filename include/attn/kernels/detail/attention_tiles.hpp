@@ -67,9 +67,9 @@ void block_product(C&& c, const A& a, const B& b, bool accumulate, bool head_ope
 /// Runs one forward query block in register tiles if forward_tiles_apply, and says whether it
 /// did; after_softmax(QueryRow) then runs on each row's probabilities before they meet V.
 template <class T, class AfterSoftmax>
-bool forward_in_tiles(AttentionScratch<T>& scratch, const QueryBlock<T>& blk, const T* q, Index ldq,
-                      const T* k, Index ldk, const T* v, Index ldv, T* out, Index ldo, T* lse,
-                      T scale, const AttentionMask<T>& mask, AfterSoftmax after_softmax) {
+bool forward_in_tiles(AttentionScratch<T>& scratch, const QueryBlock<T>& blk,
+                      const AttentionInputs<T>& in, T* out, Index ldo, T* lse, T scale,
+                      const AttentionMask<T>& mask, AfterSoftmax after_softmax) {
 #if defined(ATTN_HAVE_AVX512)
   if constexpr (std::is_same_v<T, float>) {
     const AttentionShape& shape = blk.head.shape;
@@ -77,10 +77,10 @@ bool forward_in_tiles(AttentionScratch<T>& scratch, const QueryBlock<T>& blk, co
     if (!forward_tiles_apply<T>(shape, blk.nt, ns)) return false;
     ++scratch.tiled;
     float* kt = scratch.kt.data();
-    transpose_keys(blk.head.keys(k, ldk).data(), ldk, ns, dk, kt);
-    const float* qb = blk.queries(q, ldq).data();
+    transpose_keys(blk.head.keys(in.k, in.ldk).data(), in.ldk, ns, dk, kt);
+    const float* qb = blk.queries(in.q, in.ldq).data();
     float* ob = blk.queries(out, ldo).data();
-    const float* vb = blk.head.keys(v, ldv).data();
+    const float* vb = blk.head.keys(in.v, in.ldv).data();
     const Index nt = blk.nt;
     for (Index i0 = 0; i0 < nt; i0 += kTileRows) {
       TileRows rows;
@@ -92,21 +92,21 @@ bool forward_in_tiles(AttentionScratch<T>& scratch, const QueryBlock<T>& blk, co
         rows.additive[r] = mask.additive.row(row[r].t);
       }
       // The next tile's queries, and a share of V, come from L3 while this tile computes.
-      prefetch_next_tile(qb, ldq, i0, nt, dk);
+      prefetch_next_tile(qb, in.ldq, i0, nt, dk);
       const Index v0 = i0 * ns / nt, v1 = std::min<Index>(nt, i0 + kTileRows) * ns / nt;
-      prefetch_rows(vb + v0 * ldv, v1 - v0, ldv, dk);
-      probabilities_tile(qb + i0 * ldq, ldq, dk, kt, ns, scale, blk.pad, rows,
+      prefetch_rows(vb + v0 * in.ldv, v1 - v0, in.ldv, dk);
+      probabilities_tile(qb + i0 * in.ldq, in.ldq, dk, kt, ns, scale, blk.pad, rows,
                          scratch.p.data() + i0 * S, S);
       for (int r = 0; r < rows.count; ++r) {
         lse[row[r].bht] = rows.lse[r];
         after_softmax(row[r]);
       }
     }
-    tiled_product(scratch.p.data(), S, 1, nt, ns, vb, ldv, dk, ob, ldo, false);  // P V
+    tiled_product(scratch.p.data(), S, 1, nt, ns, vb, in.ldv, dk, ob, ldo, false);  // P V
     return true;
   }
 #endif
-  (void)scratch, (void)blk, (void)q, (void)ldq, (void)k, (void)ldk, (void)v, (void)ldv;
+  (void)scratch, (void)blk, (void)in;
   (void)out, (void)ldo, (void)lse, (void)scale, (void)mask, (void)after_softmax;
   return false;
 }
@@ -115,12 +115,7 @@ bool forward_in_tiles(AttentionScratch<T>& scratch, const QueryBlock<T>& blk, co
 /// it asks into cache for the row sums D = rowsum(dO * O) that follow it.
 template <class T>
 struct BackwardOperands {
-  const T* q;
-  Index ldq;
-  const T* k;
-  Index ldk;
-  const T* v;
-  Index ldv;
+  AttentionInputs<T> in;
   const T* dout;
   Index lddo;
   const T* out;
@@ -141,9 +136,9 @@ void backward_scores(AttentionScratch<T>& scratch, const QueryBlock<T>& blk,
       const Index S = scratch.S, head_dim = blk.head.shape.head_dim;
       float* kt = scratch.kt.data();
       float* vt = scratch.vt.data();
-      transpose_keys(blk.head.keys(x.k, x.ldk).data(), x.ldk, ns, head_dim, kt);
-      transpose_keys(blk.head.keys(x.v, x.ldv).data(), x.ldv, ns, head_dim, vt);
-      const float* qb = blk.queries(x.q, x.ldq).data();
+      transpose_keys(blk.head.keys(x.in.k, x.in.ldk).data(), x.in.ldk, ns, head_dim, kt);
+      transpose_keys(blk.head.keys(x.in.v, x.in.ldv).data(), x.in.ldv, ns, head_dim, vt);
+      const float* qb = blk.queries(x.in.q, x.in.ldq).data();
       const float* dob = blk.queries(x.dout, x.lddo).data();
       const float* ob = blk.queries(x.out, x.ldo).data();
       // The next tile's rows of Q and dO, and the rows of O that the row sums D read after this
@@ -152,10 +147,11 @@ void backward_scores(AttentionScratch<T>& scratch, const QueryBlock<T>& blk,
       prefetch_rows(ob, std::min<Index>(kTileRows, blk.nt), x.ldo, head_dim);
       for (Index i0 = 0; i0 < blk.nt; i0 += kTileRows) {
         const int count = static_cast<int>(std::min<Index>(kTileRows, blk.nt - i0));
-        prefetch_next_tile(qb, x.ldq, i0, blk.nt, head_dim);
+        prefetch_next_tile(qb, x.in.ldq, i0, blk.nt, head_dim);
         prefetch_next_tile(dob, x.lddo, i0, blk.nt, head_dim);
         prefetch_next_tile(ob, x.ldo, i0, blk.nt, head_dim);
-        scores_tile(qb + i0 * x.ldq, x.ldq, count, head_dim, kt, ns, scratch.p.data() + i0 * S, S);
+        scores_tile(qb + i0 * x.in.ldq, x.in.ldq, count, head_dim, kt, ns,
+                    scratch.p.data() + i0 * S, S);
         scores_tile(dob + i0 * x.lddo, x.lddo, count, head_dim, vt, ns, scratch.dp.data() + i0 * S,
                     S);
       }
@@ -164,10 +160,10 @@ void backward_scores(AttentionScratch<T>& scratch, const QueryBlock<T>& blk,
   }
 #endif
   (void)tiles;
-  block_product(scratch.block(scratch.p, blk.nt, ns), blk.queries(x.q, x.ldq),
-                blk.head.keys(x.k, x.ldk).transpose(), false, /*head_operand=*/true);
+  block_product(scratch.block(scratch.p, blk.nt, ns), blk.queries(x.in.q, x.in.ldq),
+                blk.head.keys(x.in.k, x.in.ldk).transpose(), false, /*head_operand=*/true);
   block_product(scratch.block(scratch.dp, blk.nt, ns), blk.queries(x.dout, x.lddo),
-                blk.head.keys(x.v, x.ldv).transpose(), false, /*head_operand=*/true);
+                blk.head.keys(x.in.v, x.in.ldv).transpose(), false, /*head_operand=*/true);
 }
 
 /// C (=, or += when accumulating) A B for attention_backward's gradient products, A [M, K] a

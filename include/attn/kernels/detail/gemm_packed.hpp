@@ -153,8 +153,8 @@ void gemm_block(const StridedMatrix<const float>& a, ALayout layout, const Packe
   }
   if (copy) copy_block(target.data, target.ld, &c(i0, j0), c.row_stride, mc, cols);
   // Dropout last, on the finished block while it is still in cache.
-  if (epi.dropout > 0)
-    dropout_block(&c(i0, j0), mc, cols, c.row_stride, i0, j0, N, epi.dropout, epi.dropout_key);
+  if (epi.dropout.p > 0)
+    dropout_block(&c(i0, j0), mc, cols, c.row_stride, i0, j0, N, epi.dropout.p, epi.dropout.key);
 }
 
 /// Whether A is packed once for the whole product, by the threads together with B, and shared:
@@ -191,8 +191,8 @@ inline void gemm_empty_depth(StridedMatrix<float> c, bool accumulate, const Gemm
       if (epi.relu) v = std::max(v, 0.0f);
       c(i, j) = v;
     }
-  if (epi.dropout > 0)
-    dropout_rows(c.data, c.rows, c.cols, c.row_stride, 0, epi.dropout, epi.dropout_key);
+  if (epi.dropout.p > 0)
+    dropout_rows(c.data, c.rows, c.cols, c.row_stride, 0, epi.dropout.p, epi.dropout.key);
   apply_gate(c, epi);
 }
 
