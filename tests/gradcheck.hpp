@@ -5,7 +5,8 @@
 // in `wrt` is perturbed by +-eps and (L+ - L-) / 2 eps compared with the analytic value. The
 // error of a tensor is max_i |analytic_i - numeric_i| / max(max_i |numeric_i|, max_i |analytic_i|),
 // the relative error of the whole gradient in the infinity norm (0 when both are exactly zero);
-// tests require it below 1e-6.
+// tests require it below 1e-6. A NaN or an infinity on either side is an infinite error: the
+// comparisons would otherwise drop it, and an all-NaN gradient would pass.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <attn/attn.hpp>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -70,6 +72,7 @@ inline GradCheckResult gradcheck(const std::vector<std::pair<std::string, Tensor
     Tensor<double> x = wrt[t].second;
     const Tensor<double>& a = analytic[t];
     EXPECT_EQ(x.shape(), a.shape()) << wrt[t].first;
+    constexpr double kInf = std::numeric_limits<double>::infinity();
     double max_diff = 0, max_mag = 0;
     Index worst_i = -1;
     double worst_a = 0, worst_n = 0;
@@ -81,8 +84,9 @@ inline GradCheckResult gradcheck(const std::vector<std::pair<std::string, Tensor
       const double lm = loss();
       x.data()[i] = saved;
       const double numeric = (lp - lm) / (2 * eps);
-      const double diff = std::abs(numeric - a.data()[i]);
-      max_mag = std::max({max_mag, std::abs(numeric), std::abs(a.data()[i])});
+      const bool finite = std::isfinite(numeric) && std::isfinite(a.data()[i]);
+      const double diff = finite ? std::abs(numeric - a.data()[i]) : kInf;
+      if (finite) max_mag = std::max({max_mag, std::abs(numeric), std::abs(a.data()[i])});
       if (diff > max_diff || worst_i < 0) {
         max_diff = std::max(diff, max_diff);
         worst_i = i;
@@ -91,7 +95,7 @@ inline GradCheckResult gradcheck(const std::vector<std::pair<std::string, Tensor
       }
       ++res.checked;
     }
-    const double rel = max_mag > 0 ? max_diff / max_mag : 0.0;
+    const double rel = max_diff == kInf ? kInf : max_mag > 0 ? max_diff / max_mag : 0.0;
     report << "  " << wrt[t].first << " " << x.shape() << ": rel error " << rel << "\n";
     if (rel >= res.max_rel_error) {
       res.max_rel_error = rel;

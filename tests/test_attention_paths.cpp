@@ -158,7 +158,7 @@ Problem<float> query_rows(const Problem<float>& pb, Index t0, Index nt) {
 // mask each block sees more keys than the one before: the head's first block packs all of them,
 // and each block reads those it sees (its call of its own has only those keys). dK and dV sum over
 // the blocks, so they are checked against the naive kernel, and the whole call on two threads for
-// its bits.
+// its bits; the output, log-sum-exp and dQ against it too.
 TEST(AttentionKernels, HeadOperandsPackedOnceGiveTheBitsOfEachBlockAlone) {
   const Index B = 2, H = 2, K = 32, block = kernels::kAttentionQueryBlock;
   const Index Tq = 2 * block + 40, blocks = 3, hk = H * K;
@@ -197,6 +197,9 @@ TEST(AttentionKernels, HeadOperandsPackedOnceGiveTheBitsOfEachBlockAlone) {
           }
       }
       const Result<float> naive = run(pb, false, false, true);
+      EXPECT_LT(rel_diff(naive.out, whole.out, hk), 1e-5);
+      EXPECT_LT(rel_diff(naive.lse, whole.lse), 1e-5);
+      EXPECT_LT(rel_diff(naive.dq, whole.dq, hk), 1e-5);
       EXPECT_LT(rel_diff(naive.dk, whole.dk, hk), 1e-5);
       EXPECT_LT(rel_diff(naive.dv, whole.dv, hk), 1e-5);
       set_num_threads(2);

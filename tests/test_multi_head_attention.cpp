@@ -31,8 +31,9 @@ AttentionMask<double> padding(const std::vector<Index>& lengths, Index S, bool c
   return m;
 }
 
-// Param: use the fast kernel. Gradient checks run on one thread (testing::OneThread);
-// NaiveAndFastKernelsAgree runs the threaded path.
+// Param: use the fast kernel. Gradient checks run on one thread (testing::OneThread); the
+// threaded paths are checked on float problems above their thresholds (test_attention_paths.cpp,
+// test_training.cpp).
 class MhaKernel : public ::testing::TestWithParam<bool> {
  protected:
   testing::OneThread one_thread_;
@@ -342,8 +343,16 @@ TEST(MultiHeadAttention, FloatAgreesWithDouble) {
   const Tensor<double>& yd = md.forward_self(x, AttentionMask<double>::causal_only());
   const Tensor<float>& yf = mf.forward_self(xf, mask);
   for (Index i = 0; i < yd.numel(); ++i) EXPECT_NEAR(yf.data()[i], yd.data()[i], 1e-5);
+  md.zero_grad();
+  mf.zero_grad();
+  const Tensor<double>& dxd = md.backward(Tensor<double>::full({2, 3, D}, 1.0));
   const Tensor<float>& dxf = mf.backward(Tensor<float>::full({2, 3, D}, 1.0f));
-  EXPECT_EQ(dxf.shape(), Shape({2, 3, D}));
+  ASSERT_EQ(dxf.shape(), dxd.shape());
+  for (Index i = 0; i < dxd.numel(); ++i) EXPECT_NEAR(dxf.data()[i], dxd.data()[i], 1e-5);
+  for (std::size_t i = 0; i < pd.size(); ++i)
+    for (Index j = 0; j < pd[i].grad.numel(); ++j)
+      EXPECT_NEAR(pf[i].grad.data()[j], pd[i].grad.data()[j], 1e-5)
+          << pd[i].name << "[" << j << "]";
 }
 
 TEST(MultiHeadAttention, RejectsBadShapesMasksAndConfigurations) {

@@ -110,9 +110,14 @@ TEST(Adam, MatchesTorchInFloat) { expect_matches_torch<float>(kTorchFloat, 1.5e-
 // The float update runs eight elements at a time where the CPU has AVX2 (AVX-512 ones included).
 // Against the scalar loop it may differ only by the rounding of a contracted multiply-add (a few
 // ulp), at any length (vector and chunk edges) and with weight decay on or off; and it is bitwise
-// the same on 1 and 2 threads.
+// the same on 1 and 2 threads, which the longest length runs in parallel chunks.
 TEST(Adam, VectorUpdateMatchesTheScalarLoop) {
-  for (const Index n : {Index(1), Index(15), Index(17), Index(8191), Index(8193), Index(20001)}) {
+  constexpr Index kParallel = 3 * kParallelMinOptimizer + 17;
+  static_assert((kParallel / kernels::detail::kAdamChunk) * kernels::detail::kAdamChunk >
+                    kParallelMinOptimizer,
+                "the longest length must take Adam's parallel path");
+  for (const Index n :
+       {Index(1), Index(15), Index(17), Index(8191), Index(8193), Index(20001), kParallel}) {
     for (const float decay : {0.0f, 0.01f}) {
       Tensor<float> x({n}), g({n}), m({n}), v({n});
       Rng rng(static_cast<std::uint64_t>(n));

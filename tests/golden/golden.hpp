@@ -6,7 +6,9 @@
 #pragma once
 
 #include <attn/attn.hpp>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -64,11 +66,16 @@ class GoldenFile {
   std::vector<std::string> order_;
 };
 
-/// max |a - b| over all elements; shapes must match (else +infinity).
+/// max |a - b| over all elements; +infinity when the shapes differ or an element of either is
+/// NaN or infinite (std::max would drop a NaN difference, and a NaN gradient would match).
 inline double max_abs_diff(const Tensor<double>& a, const Tensor<double>& b) {
-  if (a.shape() != b.shape()) return std::numeric_limits<double>::infinity();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if (a.shape() != b.shape()) return kInf;
   double m = 0;
-  for (Index i = 0; i < a.numel(); ++i) m = std::max(m, std::abs(a.data()[i] - b.data()[i]));
+  for (Index i = 0; i < a.numel(); ++i) {
+    if (!std::isfinite(a.data()[i]) || !std::isfinite(b.data()[i])) return kInf;
+    m = std::max(m, std::abs(a.data()[i] - b.data()[i]));
+  }
   return m;
 }
 
