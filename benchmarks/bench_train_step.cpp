@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <utility>
 
 #include <attn/attn.hpp>
 #include <attn/decode/greedy.hpp>
@@ -51,12 +52,16 @@ constexpr attn::Index kVocab = 8000, kBatch = 32, kLen = 64;
 constexpr int kWarmUpSteps = 2;
 constexpr attn::Index kOutLen = 30;  // decoding: source length and output limit
 
+/// What a training step benchmark trains: the small or base preset on the peer's batch, or the
+/// Multi30k recipe on a long batch or on one of the median length.
+enum class StepSetup { small, base, multi30k_padded, multi30k_median };
+
 /// The preset, with dropout where the peer's nn.Transformer(dropout=0.1) has it: besides the
 /// residual and embedding dropout of the paper, on the attention weights and on the feed-forward's
 /// hidden ReLU output, so that both sides do the same work.
-attn::TransformerConfig config_for(int which) {
-  attn::TransformerConfig c =
-      which == 0 ? attn::TransformerConfig::small(kVocab) : attn::TransformerConfig::base(kVocab);
+attn::TransformerConfig config_for(StepSetup which) {
+  attn::TransformerConfig c = which == StepSetup::small ? attn::TransformerConfig::small(kVocab)
+                                                        : attn::TransformerConfig::base(kVocab);
   c.attention_dropout = c.relu_dropout = c.dropout;
   return c;
 }
@@ -150,26 +155,25 @@ struct TrainSetup {
   double tokens;  // non-padding targets
 };
 
-/// The setup of the last (model, threads) asked for (0 small, 1 base, 2 the Multi30k recipe on a
-/// long batch, 3 on a batch of the median length); a new pair replaces it (memory freed first).
-TrainSetup& train_setup(int which, int threads) {
+/// The setup of the last (setup, threads) asked for; a new pair replaces it (memory freed first).
+TrainSetup& train_setup(StepSetup which, int threads) {
   static std::unique_ptr<TrainSetup> setup;
-  static int key = -1;
+  static std::pair<StepSetup, int> key{StepSetup::small, -1};
   attn::set_num_threads(threads);
-  if (key != which * 16 + threads) {
+  if (key != std::pair{which, threads}) {
     setup.reset();
-    if (which == 2)
+    if (which == StepSetup::multi30k_padded)
       setup = std::make_unique<TrainSetup>(multi30k_config(), padded_batch(180, 20, 22), true);
-    else if (which == 3)
+    else if (which == StepSetup::multi30k_median)
       setup = std::make_unique<TrainSetup>(multi30k_config(), padded_batch(300, 14, 14), true);
     else
       setup = std::make_unique<TrainSetup>(config_for(which), peer_batch(), false);
-    key = which * 16 + threads;
+    key = {which, threads};
   }
   return *setup;
 }
 
-void BM_TrainStep(benchmark::State& state, int which, bool scored) {
+void BM_TrainStep(benchmark::State& state, StepSetup which, bool scored) {
   const int threads = static_cast<int>(state.range(0));
   TrainSetup& s = train_setup(which, threads);
   double loss = 0;
@@ -188,7 +192,7 @@ void BM_TrainStep(benchmark::State& state, int which, bool scored) {
 // the same way: tokens of the best hypotheses.
 struct DecodeSetup {
   DecodeSetup(attn::Index batch, attn::Index beam)
-      : model(config_for(1)), src(random_ids(batch, kOutLen, 4)) {
+      : model(config_for(StepSetup::base)), src(random_ids(batch, kOutLen, 4)) {
     options.eos = 3;
     options.max_extra_length = 0;  // output length limit = source length = 30
     options.beam_size = beam;
@@ -240,15 +244,19 @@ void OneAndTwoThreads(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_TrainStep, small, 0, false)->Name("train_step/small")->Apply(OneAndTwoThreads);
-BENCHMARK_CAPTURE(BM_TrainStep, base, 1, false)->Name("train_step/base")->Apply(OneAndTwoThreads);
-BENCHMARK_CAPTURE(BM_TrainStep, padded_forward, 2, false)
+BENCHMARK_CAPTURE(BM_TrainStep, small, StepSetup::small, false)
+    ->Name("train_step/small")
+    ->Apply(OneAndTwoThreads);
+BENCHMARK_CAPTURE(BM_TrainStep, base, StepSetup::base, false)
+    ->Name("train_step/base")
+    ->Apply(OneAndTwoThreads);
+BENCHMARK_CAPTURE(BM_TrainStep, padded_forward, StepSetup::multi30k_padded, false)
     ->Name("train_step/multi30k_padded/forward")
     ->Apply(OneAndTwoThreads);
-BENCHMARK_CAPTURE(BM_TrainStep, padded_scored, 2, true)
+BENCHMARK_CAPTURE(BM_TrainStep, padded_scored, StepSetup::multi30k_padded, true)
     ->Name("train_step/multi30k_padded/scored")
     ->Apply(OneAndTwoThreads);
-BENCHMARK_CAPTURE(BM_TrainStep, median_scored, 3, true)
+BENCHMARK_CAPTURE(BM_TrainStep, median_scored, StepSetup::multi30k_median, true)
     ->Name("train_step/multi30k_median/scored")
     ->Apply(OneAndTwoThreads);
 BENCHMARK_CAPTURE(BM_Decode, greedy, 1)

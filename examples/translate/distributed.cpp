@@ -1,6 +1,8 @@
 #include "distributed.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <thread>
@@ -67,6 +69,25 @@ void share_batch(const Batch& full, int rank, int ranks, Batch& out) {
   for (Index r : rows) out.pairs.push_back(full.pairs[static_cast<std::size_t>(r)]);
   for (TokenId id : out.src) out.src_tokens += id != pad;
   for (TokenId id : out.tgt_out) out.tgt_tokens += id != pad;
+}
+
+std::string slow_update_warning(double update_seconds, const char* sigkill_timeout) {
+  long wait = 1;  // Open MPI 4's default
+  if (sigkill_timeout != nullptr && *sigkill_timeout != '\0') {
+    char* end = nullptr;
+    const long given = std::strtol(sigkill_timeout, &end, 10);
+    if (*end == '\0' && given >= 0) wait = given;
+  }
+  if (!std::isfinite(update_seconds) || update_seconds <= static_cast<double>(wait)) return {};
+  // Room for the update under way and the checkpoint after it, with a margin.
+  const long enough = std::max(60L, std::lround(std::ceil(3 * update_seconds)));
+  return attn::detail::concat(
+      "train: an update takes ", std::lround(update_seconds * 10) / 10.0,
+      " s, but mpirun kills the ranks ", wait, wait == 1 ? " second" : " seconds",
+      " after it passes Ctrl-C on as SIGTERM (odls_base_sigkill_timeout): the checkpoint the ranks "
+      "save after the update under way would be cut off, and the work since the last one lost. "
+      "Start mpirun with --mca odls_base_sigkill_timeout ",
+      enough, " (README, \"Training on several machines\")");
 }
 
 std::uint64_t fingerprint(const Batcher& batches) {
@@ -175,6 +196,8 @@ class MpiReplicas final : public Replicas {
   }
 
   const Batch& share(const Batch& full) override {
+    if (!in_update_) update_start_ = std::chrono::steady_clock::now();
+    in_update_ = true;
     share_batch(full, rank_, size_, share_);
     return share_;
   }
@@ -201,7 +224,23 @@ class MpiReplicas final : public Replicas {
     std::uint64_t counter = model.random_state().counter;
     detail::mpi_check(MPI_Bcast(&counter, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast");
     model.random_state().counter = counter;
+    warn_of_mpirun_kill();
     return global;
+  }
+
+  // From the second update on (the first also fills the buffers), once, on rank 0, under Open
+  // MPI's mpirun.
+  void warn_of_mpirun_kill() {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - update_start_).count();
+    in_update_ = false;
+    if (updates_ < 2) ++updates_;
+    if (rank_ != 0 || warned_ || updates_ < 2 || !std::getenv("OMPI_COMM_WORLD_SIZE")) return;
+    const std::string warning =
+        slow_update_warning(seconds, std::getenv("OMPI_MCA_odls_base_sigkill_timeout"));
+    if (warning.empty()) return;
+    std::cerr << warning << '\n';
+    warned_ = true;
   }
 
   bool report_here(const std::exception& e) override {
@@ -220,6 +259,10 @@ class MpiReplicas final : public Replicas {
   bool max_tokens_per_rank_;  // --max-tokens is one rank's share of a batch
   std::unique_ptr<DataParallel<float>> dp_;
   Batch share_;
+  std::chrono::steady_clock::time_point update_start_;  // of the update under way
+  bool in_update_ = false;                              // share() has run since finish_update
+  int updates_ = 0;                                     // finished, counted up to the second
+  bool warned_ = false;                                 // of a kill by mpirun (once)
 };
 
 // The CPUs this process may run on (0: unknown). mpirun binds each rank by default (Open MPI 4:

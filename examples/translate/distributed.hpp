@@ -115,6 +115,13 @@ std::uint64_t rank_seed(std::uint64_t seed, int rank);
 /// and target.
 void share_batch(const Batch& full, int rank, int ranks, Batch& out);
 
+/// What rank 0 prints, once, when an update takes `update_seconds` and Open MPI's mpirun would
+/// kill the ranks sooner after passing a Ctrl-C on as SIGTERM: the ranks finish the update and
+/// save a checkpoint first, and the kill would cut that off. `sigkill_timeout` is the value of
+/// OMPI_MCA_odls_base_sigkill_timeout (nullptr or not a whole number of seconds: Open MPI's
+/// default, 1 s). Empty when the update fits in the wait.
+std::string slow_update_warning(double update_seconds, const char* sigkill_timeout);
+
 /// A 64-bit fingerprint of every batch's token ids, in batch order.
 std::uint64_t fingerprint(const Batcher& batches);
 /// A 64-bit fingerprint of every key and value.

@@ -23,13 +23,29 @@ Tensor<TokenId> one_row(const std::vector<TokenId>& ids) {
   return row;
 }
 
+// Keeps the weights of each decoder layer's encoder-decoder attention, and only those, while it
+// lives: the self-attention weights would cost B H L^2 each for nothing. Off again after, also
+// when the forward throws.
+class KeepCrossAttentionWeights {
+ public:
+  explicit KeepCrossAttentionWeights(Decoder<float>& decoder) : decoder_(decoder) { keep(true); }
+  ~KeepCrossAttentionWeights() { keep(false); }
+  KeepCrossAttentionWeights(const KeepCrossAttentionWeights&) = delete;
+  KeepCrossAttentionWeights& operator=(const KeepCrossAttentionWeights&) = delete;
+
+ private:
+  void keep(bool on) {
+    for (auto& layer : decoder_.layers) layer->multihead_attn.keep_attention_weights(on);
+  }
+  Decoder<float>& decoder_;
+};
+
 // The model's forward pass on one pair, keeping the weights of each decoder layer's
 // encoder-decoder attention: one panel per layer and head.
 std::vector<AttentionPanel> cross_attention_panels(Transformer<float>& model,
                                                    const std::vector<TokenId>& src_ids,
                                                    const std::vector<TokenId>& tgt_ids) {
-  model.encoder.keep_attention_weights(true);
-  model.decoder.keep_attention_weights(true);
+  const KeepCrossAttentionWeights keep(model.decoder);
   model.forward(one_row(src_ids), one_row(tgt_ids));
   std::vector<AttentionPanel> panels;
   for (std::size_t l = 0; l < model.decoder.layers.size(); ++l) {
@@ -37,8 +53,6 @@ std::vector<AttentionPanel> cross_attention_panels(Transformer<float>& model,
     auto p = attention_panels(w.slice(0), "layer " + std::to_string(l + 1) + ", ");
     panels.insert(panels.end(), p.begin(), p.end());
   }
-  model.encoder.keep_attention_weights(false);
-  model.decoder.keep_attention_weights(false);
   return panels;
 }
 

@@ -2,6 +2,7 @@
 // ranks, the ranks' dropout seeds, and the one-process Replicas the trainer uses without mpirun.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
 
 #include "distributed.hpp"
@@ -96,6 +97,27 @@ TEST(Replicas, OneProcessSharesNothingAndRethrowsAnError) {
   EXPECT_EQ(alone.finish_update(s, "", model).tokens, 7);
   EXPECT_EQ(attn::testing::error_of<tr::AgreedError>([&] { alone.finish_update(s, "bad", model); }),
             "bad");
+}
+
+TEST(SlowUpdateWarning, NamesTheUpdateTheWaitAndWhatToPassMpirun) {
+  EXPECT_EQ(tr::slow_update_warning(0.5, nullptr), "");  // within Open MPI's default second
+  EXPECT_EQ(tr::slow_update_warning(30, "60"), "");
+  const std::string w = tr::slow_update_warning(3.24, nullptr);
+  EXPECT_TRUE(attn::testing::contains(
+      w,
+      "train: an update takes 3.2 s, but mpirun kills the ranks 1 second after "
+      "it passes Ctrl-C on as SIGTERM"))
+      << w;
+  EXPECT_TRUE(attn::testing::contains(w, "Start mpirun with --mca odls_base_sigkill_timeout 60 "))
+      << w;
+  const std::string slow = tr::slow_update_warning(100, "60");
+  EXPECT_TRUE(attn::testing::contains(slow, "kills the ranks 60 seconds after")) << slow;
+  EXPECT_TRUE(attn::testing::contains(slow, "--mca odls_base_sigkill_timeout 300 ")) << slow;
+  for (const char* unreadable : {"", "x", "5s", "-3"})
+    EXPECT_TRUE(attn::testing::contains(tr::slow_update_warning(2, unreadable),
+                                        "kills the ranks 1 second after"))
+        << unreadable;
+  EXPECT_EQ(tr::slow_update_warning(std::numeric_limits<double>::infinity(), nullptr), "");
 }
 
 TEST(Fingerprint, ChangesWithAnyKeyOrValue) {
