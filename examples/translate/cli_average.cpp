@@ -5,7 +5,7 @@
 #include <attn/error.hpp>
 
 #include "cli_common.hpp"
-#include "translator.hpp"
+#include "model_average.hpp"
 
 namespace attn::translate {
 

@@ -10,8 +10,8 @@
 
 #include <attn/strict_number.hpp>
 
+#include "model_metadata.hpp"
 #include "text.hpp"
-#include "translator.hpp"
 
 namespace attn::translate {
 
@@ -108,6 +108,19 @@ std::vector<CurvePoint> decode_curves(const std::string& text, const std::string
   }
   return out;
 }
+
+void store_curves(const std::vector<CurvePoint>& curves, Metadata& m) {
+  m["curves"] = encode_curves(curves);
+}
+
+std::vector<CurvePoint> restore_curves(const Metadata& m, const std::string& file) {
+  const auto it = m.find("curves");
+  return it != m.end() ? decode_curves(it->second, file) : std::vector<CurvePoint>{};
+}
+
+void store_resume_point(Metadata& m) { m[kResumePointKey] = "1"; }
+
+bool is_resume_point(const Metadata& m) { return m.count(kResumePointKey) > 0; }
 
 void store_data_position(const DataPosition& p, Metadata& m) {
   m["data.epoch"] = std::to_string(p.epoch);

@@ -1,5 +1,6 @@
-// What a training checkpoint of attn-translate stores in its metadata besides the model config:
-// the training options that change the result, the data position and the learning curves. All
+// What a training checkpoint of attn-translate stores in its metadata besides the model's identity
+// (model_metadata.hpp): the training options that change the result, the data position, the
+// learning curves, the log window and whether a signal stopped the run there. All
 // of it is read back from a file, so every value is parsed strictly (std::from_chars, the whole
 // string, in range) and bounded, and a bad one is a FormatError naming the file and the key.
 #pragma once
@@ -10,11 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "model_metadata.hpp"  // Metadata
 #include "trainer.hpp"
 
 namespace attn::translate {
-
-using Metadata = std::map<std::string, std::string>;
 
 /// Writes the options that change what training computes ("train.*", translate.max_len).
 void store_options(const TrainOptions& options, Metadata& m);
@@ -26,6 +26,17 @@ void restore_options(TrainOptions& options, const Metadata& m, const std::string
 /// measured), and back. FormatError naming `file` for anything else.
 std::string encode_curves(const std::vector<CurvePoint>& curves);
 std::vector<CurvePoint> decode_curves(const std::string& text, const std::string& file);
+/// The curves under the metadata key "curves" (encode_curves), and back (decode_curves); none in
+/// a checkpoint without the key.
+void store_curves(const std::vector<CurvePoint>& curves, Metadata& m);
+std::vector<CurvePoint> restore_curves(const Metadata& m, const std::string& file);
+
+/// The metadata key that marks a checkpoint written when a signal stopped the run: a point to
+/// resume from, not counted under --keep, which the next checkpoint replaces
+/// (Trainer::write_checkpoint).
+inline constexpr const char* kResumePointKey = "checkpoint.resume_point";
+void store_resume_point(Metadata& m);
+bool is_resume_point(const Metadata& m);
 
 /// Where in the training data a checkpoint stopped: the epoch and the index into its batch order.
 struct DataPosition {

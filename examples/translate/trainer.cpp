@@ -9,15 +9,18 @@
 #include <limits>
 #include <sstream>
 
+#include <attn/decode/options.hpp>  // detail::EvalGuard
 #include <attn/train/checkpoint.hpp>
 #include <attn/train/clip.hpp>
 #include <attn/train/schedule.hpp>
 
 #include "distributed.hpp"
+#include "model_average.hpp"
+#include "model_metadata.hpp"
 #include "stop_signal.hpp"
 #include "train_report.hpp"
 #include "train_state.hpp"
-#include "translator.hpp"
+#include "translator.hpp"  // translate_ids
 
 namespace attn::translate {
 
@@ -36,9 +39,7 @@ std::size_t Trainer::skipped_pairs() const { return train_batches_->skipped(); }
 
 std::map<std::string, std::string> Trainer::metadata() const {
   std::map<std::string, std::string> m = model_->config().to_metadata();
-  const VocabFingerprint fp = vocab_.fingerprint();
-  m[kVocabSizeKey] = std::to_string(fp.size);
-  m[kVocabHashKey] = std::to_string(fp.hash);
+  store_vocab_metadata(vocab_, m);
   store_options(opt_, m);
   return m;
 }
@@ -141,9 +142,9 @@ std::string Trainer::write_checkpoint(bool resume_point) {
   auto meta = metadata();
   store_data_position({epoch_, batch_index_}, meta);
   store_data_fingerprint(data_fingerprint_, meta);
-  meta["curves"] = encode_curves(curves_);
+  store_curves(curves_, meta);
   store_log_window(log_window_, meta);
-  if (resume_point) meta[kResumePointKey] = "1";
+  if (resume_point) store_resume_point(meta);
   const std::string path = checkpoint_path(opt_.model_dir, step());
   const AtomicWriteResult written =
       save_training_checkpoint(path, model_->parameters(), *adam_, model_->random_state(), meta);

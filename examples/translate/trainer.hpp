@@ -100,7 +100,7 @@ struct TrainOptions {
     f("train.max_tokens", o.max_tokens, true, Index(1), kMaxBatchTokens);
     f("train.tokens_per_update", o.tokens_per_update, true, Index(0), kMaxBatchTokens);
     f("train.seed", o.seed, true, std::uint64_t(0), std::numeric_limits<std::uint64_t>::max());
-    // kMaxLenKey: the translator reads it too; kMaxTranslateLength (translator.hpp) bounds it.
+    // kMaxLenKey: the translator reads it too; kMaxTranslateLength (model_metadata.hpp) bounds it.
     f("translate.max_len", o.max_len, true, Index(2), Index(1) << 16);  // BOS + a token
   }
 };
@@ -124,11 +124,8 @@ class Trainer {
   /// The checkpoints finish() averaged into model.safetensors (0: it holds the last weights).
   int averaged() const { return averaged_; }
   /// Writes checkpoint_<step>.safetensors and drops all but the last `keep`, and the resume point
-  /// of an earlier signal (below).
+  /// of an earlier signal (kResumePointKey, train_state.hpp).
   std::string save_checkpoint();
-  /// The metadata key that marks a checkpoint written when a signal stopped the run: a point to
-  /// resume from, not counted under `keep`, which the next checkpoint replaces (write_checkpoint).
-  static constexpr const char* kResumePointKey = "checkpoint.resume_point";
   /// The final validation (unless options.evaluate is off), the final checkpoint, then
   /// `checkpointed` (if any), then model.safetensors (averaged or not), curves and attention
   /// plots. On rank 0 only; other ranks return at once.

@@ -21,8 +21,8 @@
 #include <attn/train/model_file.hpp>
 
 #include "distributed.hpp"
+#include "model_metadata.hpp"
 #include "train_state.hpp"
-#include "translator.hpp"
 
 namespace attn::translate {
 
@@ -284,8 +284,7 @@ void Trainer::resume_from(const std::string& path) {
   // Everything the metadata holds is checked before the weights are loaded.
   check_data_fingerprint(meta, path, data_fingerprint_);
   const DataPosition position = restore_data_position(meta, path, train_batches_->batches().size());
-  auto it = meta.find("curves");
-  curves_ = it != meta.end() ? decode_curves(it->second, path) : std::vector<CurvePoint>{};
+  curves_ = restore_curves(meta, path);
   const LogWindowState log_window =
       restore_log_window(meta, path, static_cast<Index>(detail::kMaxCheckpointSteps));
   load_training_checkpoint(path, model_->parameters(), *adam_, model_->random_state());
@@ -299,7 +298,7 @@ void Trainer::resume_from(const std::string& path) {
   epoch_ = position.epoch;
   batch_index_ = position.batch;
   log_window_ = log_window;
-  resume_step_ = meta.count(kResumePointKey) ? step() : -1;
+  resume_step_ = is_resume_point(meta) ? step() : -1;
   order_ = train_batches_->epoch_order(opt_.seed, epoch_);
 }
 

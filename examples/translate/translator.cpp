@@ -1,53 +1,18 @@
 #include "translator.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <filesystem>
-#include <map>
-#include <numeric>
 
-#include <attn/strict_number.hpp>
-#include <attn/train/averaging.hpp>
+#include <attn/decode/beam_search.hpp>
+#include <attn/decode/greedy.hpp>
 #include <attn/train/checkpoint.hpp>
 #include <attn/train/model_file.hpp>
+#include <attn/train/safetensors.hpp>
 
 #include "corpus_io.hpp"
+#include "model_dir.hpp"  // model_file
+#include "model_metadata.hpp"
 
 namespace attn::translate {
-
-namespace {
-
-/// Throws FormatError if `m` names a vocabulary other than `vocab`.
-void check_vocab_metadata(const std::map<std::string, std::string>& m, const SubwordVocab& vocab,
-                          const std::string& file) {
-  auto size = m.find(kVocabSizeKey), hash = m.find(kVocabHashKey);
-  ATTN_CHECK(size != m.end() && hash != m.end(), FormatError, file, " lacks the ", kVocabSizeKey,
-             " / ", kVocabHashKey, " metadata of the vocabulary it was trained with");
-  const VocabFingerprint fp = vocab.fingerprint();
-  if (size->second == std::to_string(fp.size) && hash->second == std::to_string(fp.hash)) return;
-  // The metadata holds the hash in decimal; vocab.txt and its messages show it in hex.
-  const std::optional<std::uint64_t> stored = parse_number<std::uint64_t>(hash->second);
-  const std::string stored_hash = stored ? hex16(*stored) : hash->second;
-  throw FormatError(detail::concat(file, " was trained with a different vocabulary: expected the ",
-                                   "directory's size ", fp.size, ", spm.model hash ",
-                                   hex16(fp.hash), ", found size ", size->second,
-                                   ", spm.model hash ", stored_hash));
-}
-
-}  // namespace
-
-TransformerConfig model_config(const SafetensorsFile& file, const SubwordVocab& vocab) {
-  check_vocab_metadata(file.metadata(), vocab, file.path());
-  const TransformerConfig c = config_from_model_file(file);
-  const Index V = vocab.size();
-  ATTN_CHECK(c.src_vocab == V && c.tgt_vocab == V, FormatError, file.path(),
-             ": metadata config.src_vocab = ", c.src_vocab, " and config.tgt_vocab = ", c.tgt_vocab,
-             ", expected both to be the vocabulary's size, ", V);
-  ATTN_CHECK(c.pad_id == SubwordVocab::kPad, FormatError, file.path(),
-             ": metadata config.pad_id = ", c.pad_id, ", expected the vocabulary's pad id, ",
-             SubwordVocab::kPad);
-  return c;
-}
 
 std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
                                                 const std::vector<std::vector<TokenId>>& sources,
@@ -90,27 +55,13 @@ std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
   return out;
 }
 
-namespace {
-
-Index parse_max_len(const std::map<std::string, std::string>& m, const std::string& file) {
-  auto it = m.find(kMaxLenKey);
-  ATTN_CHECK(it != m.end(), FormatError, file, " lacks metadata ", kMaxLenKey);
-  const Index v =
-      parse_number_or_throw<Index>(it->second, file, std::string("metadata ") + kMaxLenKey);
-  ATTN_CHECK(v >= 1 && v <= kMaxTranslateLength, FormatError, file, ": metadata ", kMaxLenKey,
-             " = ", v, " is outside [1, ", kMaxTranslateLength, "]");
-  return v;
-}
-
-}  // namespace
-
 Translator::Translator(const std::string& dir) : vocab_(SubwordVocab::load(dir)) {
   vocab_.check_directory(dir);
   const std::string file = model_file(dir);
   const SafetensorsFile weights = load_safetensors(file);
   // Every value of the metadata is checked before the model it describes is built.
   const TransformerConfig config = model_config(weights, vocab_);
-  max_len_ = parse_max_len(weights.metadata(), file);
+  max_len_ = model_max_len(weights);
   model_ = std::make_unique<Transformer<float>>(config);
   load_model(weights, model_->parameters(), LoadOptions{kTrainingStatePrefixes});
   check_finite_parameters(model_->parameters(), file);
@@ -148,81 +99,6 @@ BleuScore Translator::evaluate(const std::vector<std::string>& src,
   BleuScore score = corpus_bleu(out, refs, bleu);
   if (hyps) *hyps = std::move(out);
   return score;
-}
-
-namespace {
-
-/// NumericError unless every value of the average in `params` is finite, naming the parameter,
-/// the element and the first of `inputs` that holds a non-finite value there: the mean of finite
-/// floats, summed in double, is finite, so one of them does. A model with a NaN weight is refused
-/// by translate and --resume; average used to write one without a word.
-void check_finite_average(const std::vector<NamedParameter<float>>& params,
-                          const std::vector<std::string>& inputs, const std::string& output) {
-  for (const auto& p : params) {
-    const float* avg = p.value.data();
-    Index bad = 0;
-    while (bad < p.value.numel() && std::isfinite(avg[bad])) ++bad;
-    if (bad == p.value.numel()) continue;
-    std::string source = "no input holds one there";
-    for (const std::string& input : inputs) {
-      const float x = load_safetensors(input).tensor<float>(p.name).data()[bad];
-      if (std::isfinite(x)) continue;
-      source = detail::concat(input, " holds ", x, " there");
-      break;
-    }
-    throw NumericError(detail::concat("average: not writing ", output, ": parameter ", p.name,
-                                      " of the average is ", avg[bad], " at element ", bad, " (",
-                                      source, ")"));
-  }
-}
-
-}  // namespace
-
-void average_files(const std::vector<std::string>& inputs, const std::string& output) {
-  ATTN_CHECK(!inputs.empty(), ConfigError, "average: no input checkpoints given");
-  // The model, its vocabulary and its translation settings: the same in every input, and the
-  // only metadata kept (not the training state, step, RNG and data position, of one checkpoint).
-  const std::vector<std::string> model_metadata{"config.", "vocab.", "translate."};
-  TransformerConfig config;
-  std::map<std::string, std::string> keep;
-  {  // released before the average reads the inputs: one checkpoint in memory at a time, not two
-    const SafetensorsFile first = load_safetensors(inputs.front());
-    config = config_from_model_file(first);
-    keep = attn::detail::metadata_with_prefixes(first.metadata(), model_metadata);
-  }
-  Transformer<float> model(config);
-  average_checkpoints(inputs, model.parameters(), LoadOptions{kTrainingStatePrefixes},
-                      model_metadata);
-  check_finite_average(model.parameters(), inputs, output);
-  keep["averaged_from"] = std::to_string(inputs.size());
-  save_model(output, model, keep);
-}
-
-std::vector<std::string> average_last(const std::string& dir, int n) {
-  ATTN_CHECK(n >= 1, ConfigError, "average: --last must be >= 1, got ", n);
-  // A trainer at work in `dir` removes its oldest checkpoint as it writes a new one, so one listed
-  // here may be gone when it is read (13 of 70 runs against a trainer saving every update): then
-  // the checkpoints are listed again.
-  constexpr int kListings = 10;
-  for (int listing = 1;; ++listing) {
-    const auto ckpts = list_checkpoints(dir);
-    ATTN_CHECK(static_cast<std::size_t>(n) <= ckpts.size(), ConfigError,
-               "average: asked for the last ", n, " checkpoints but '", dir, "' has ",
-               ckpts.size());
-    std::vector<std::string> paths;
-    for (std::size_t i = ckpts.size() - static_cast<std::size_t>(n); i < ckpts.size(); ++i)
-      paths.push_back(ckpts[i].second);
-    try {
-      average_files(paths, final_model_path(dir));
-      return paths;
-    } catch (const IOError&) {
-      const auto gone = [](const std::string& p) {
-        std::error_code ec;
-        return !std::filesystem::exists(p, ec) && !ec;
-      };
-      if (listing == kListings || std::none_of(paths.begin(), paths.end(), gone)) throw;
-    }
-  }
 }
 
 }  // namespace attn::translate

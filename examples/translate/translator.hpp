@@ -2,39 +2,22 @@
 //
 // A model directory (model_dir.hpp) holds spm.model + vocab.txt (the shared subword vocabulary)
 // and either model.safetensors (final or averaged weights) or training checkpoints
-// checkpoint_<step>.safetensors; the model's configuration travels in each file's metadata, so a
-// directory is self-describing.
+// checkpoint_<step>.safetensors; the model's configuration travels in each file's metadata
+// (model_metadata.hpp), so a directory is self-describing. Averaging checkpoints into one model
+// file is model_average.hpp's.
 #pragma once
 
-#include <cstdint>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <attn/decode/beam_search.hpp>
-#include <attn/decode/greedy.hpp>
 #include <attn/nn/transformer.hpp>
-#include <attn/train/safetensors.hpp>
 
 #include "bleu.hpp"
 #include "bpe.hpp"
-#include "model_dir.hpp"  // list_checkpoints, model_file
 
 namespace attn::translate {
-
-/// Metadata keys besides the model's "config.*" that the trainer writes into every file.
-inline constexpr const char* kMaxLenKey = "translate.max_len";
-/// The largest translate.max_len a model file may declare (subword tokens per sentence).
-inline constexpr Index kMaxTranslateLength = Index(1) << 16;
-inline constexpr const char* kVocabSizeKey = "vocab.size";
-inline constexpr const char* kVocabHashKey = "vocab.hash";
-
-/// The model configuration of `file` (config_from_model_file), which must also fit `vocab`: made
-/// with it (vocab.size and vocab.hash metadata, so a checkpoint copied in from another model
-/// directory is refused), one vocabulary of vocab.size() pieces on both sides, padded with its pad
-/// id. FormatError naming the file and the field otherwise (an edited config.pad_id would decode
-/// with a wrong padding mask).
-TransformerConfig model_config(const SafetensorsFile& file, const SubwordVocab& vocab);
 
 struct TranslateOptions {
   bool greedy = false;
@@ -82,12 +65,5 @@ class Translator {
   std::unique_ptr<Transformer<float>> model_;
   Index max_len_ = 0;
 };
-
-/// Averages `inputs` (model or training checkpoints of one configuration) into `output`, keeping
-/// the first input's metadata minus its training state. Atomic: a failure leaves `output` alone.
-void average_files(const std::vector<std::string>& inputs, const std::string& output);
-
-/// Averages the last `n` checkpoints of `dir` into dir/model.safetensors; returns their paths.
-std::vector<std::string> average_last(const std::string& dir, int n);
 
 }  // namespace attn::translate

@@ -19,6 +19,7 @@
 #include <attn/train/schedule.hpp>
 
 #include "corpus_io.hpp"
+#include "model_average.hpp"
 #include "trainer.hpp"
 #include "translate_fixture.hpp"
 #include "translator.hpp"

@@ -22,13 +22,13 @@
 #include <fstream>
 
 #include "corpus_io.hpp"
+#include "model_average.hpp"
 #include "model_dir.hpp"
 #include "safetensors_edit.hpp"
 #include "stop_signal.hpp"
 #include "train_state.hpp"
 #include "trainer.hpp"
 #include "translate_fixture.hpp"
-#include "translator.hpp"
 
 using namespace attn::translate::testing;
 
