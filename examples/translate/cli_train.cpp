@@ -209,7 +209,11 @@ CLI::App* add_train(CLI::App& app, TrainCommand& c, int& threads) {
 int run_train(TrainCommand& c, int threads, std::shared_ptr<Replicas>& replicas) {
   TrainOptions& t = c.options;
   t.threads = threads;
-  check_train_flags(t);  // before any data is read or a vocabulary trained
+  // Before any data is read or a vocabulary trained: the flags, and the model they describe (the
+  // real vocabulary may come out smaller than --vocab-size, never larger; a resumed run takes its
+  // model from the checkpoint).
+  t.validate();
+  if (!t.resume) make_config(t, t.vocab_size);
   ATTN_CHECK(c.show >= 0, ConfigError, "--show must be >= 0, got ", c.show);
   apply_mix(c.data.mix, c.data.builtin);
   replicas =

@@ -70,6 +70,13 @@ struct TrainOptions {
   Index log_every = 100;       ///< progress lines when stderr is not a terminal
   bool quiet = false;          ///< no progress output (tests)
 
+  /// ConfigError naming the flag of the first option out of its range: the ranges of visit_saved
+  /// (which --resume also applies to a checkpoint's values) and the others'; without --resume also
+  /// a --cooldown longer than --steps and a --max-tokens below --max-len. The Trainer checks its
+  /// options with it before anything else; the CLI at once, before any data is read. The model
+  /// the options describe is make_config's to check.
+  void validate() const;
+
   /// f(metadata key, field, required, lo, hi) for the options that change what training
   /// computes: the one list that every checkpoint stores and --resume restores (refusing a value
   /// outside [lo, hi]), so that a resumed run continues exactly as the interrupted one would have.
@@ -107,9 +114,10 @@ struct TrainOptions {
 
 class Trainer {
  public:
-  /// Trains the vocabulary on data.train (both sides) or, with options.resume, loads the
-  /// directory's vocabulary and the newest checkpoint (whose stored training options win over
-  /// `options` for everything that changes the result, so that resuming is exact).
+  /// Validates `options` (TrainOptions::validate), then trains the vocabulary on data.train (both
+  /// sides) or, with options.resume, loads the directory's vocabulary and the newest checkpoint
+  /// (whose stored training options win over `options` for everything that changes the result,
+  /// so that resuming is exact).
   /// `replicas`: the ranks of a data-parallel job (distributed.hpp); null: one process alone.
   Trainer(const TrainOptions& options, CorpusSplit data,
           std::shared_ptr<Replicas> replicas = nullptr);
@@ -204,10 +212,6 @@ class Trainer {
 /// Builds a TransformerConfig from the preset name and overrides; ConfigError for an unknown
 /// preset.
 TransformerConfig make_config(const TrainOptions& options, Index vocab);
-
-/// ConfigError naming the flag if a flag of `options` is out of its range, or (without --resume)
-/// the model they describe is not one that can be built: at once, before any data is read.
-void check_train_flags(const TrainOptions& options);
 
 /// Tokenizes parallel text into pairs for the Batcher; a pair with a side of more bytes than
 /// max_len tokens can hold is marked overlong, not encoded.

@@ -59,7 +59,6 @@ void check_bleu_sources(const TrainOptions& o, const CorpusSplit& data) {
 }
 
 SubwordVocab open_vocab(const TrainOptions& o, const CorpusSplit& data, Replicas& replicas) {
-  ATTN_CHECK(!o.model_dir.empty(), ConfigError, "train: --model-dir is required");
   ATTN_CHECK(!data.train.empty(), DataError, "train: the training corpus is empty");
   check_bleu_sources(o, data);
   if (o.resume) return SubwordVocab::load(o.model_dir);
@@ -78,7 +77,6 @@ SubwordVocab open_vocab(const TrainOptions& o, const CorpusSplit& data, Replicas
 }
 
 std::unique_ptr<ModelDirLock> lock_model_dir(const TrainOptions& o) {
-  ATTN_CHECK(!o.model_dir.empty(), ConfigError, "train: --model-dir is required");
   auto lock = std::make_unique<ModelDirLock>(o.model_dir);
   // Holding the lock and before this process writes there: every name's leftovers of dead
   // writers (each atomic write also removes its own file's).
@@ -116,11 +114,11 @@ void check_model_size(const TransformerConfig& c) {
              memory / gib, " GiB (--d-model, --d-ff, --layers and --vocab-size set its size)");
 }
 
-// A new run's --cooldown ends its learning rate at --steps, so it needs a --steps that many long.
-void check_cooldown(const TrainOptions& o) {
-  ATTN_CHECK(o.cooldown == 0 || (o.steps > 0 && o.cooldown <= o.steps), ConfigError, "--cooldown ",
-             o.cooldown, " needs --steps of at least as many updates (the run's ",
-             "length, where the learning rate reaches zero), got --steps ", o.steps);
+// The options, once validate() accepted them: the Trainer's first member is initialised with them,
+// so nothing is locked, read or written for options that are refused.
+const TrainOptions& checked(const TrainOptions& o) {
+  o.validate();
+  return o;
 }
 
 }  // namespace
@@ -140,8 +138,13 @@ TransformerConfig make_config(const TrainOptions& o, Index vocab) {
   return c;
 }
 
-void check_train_flags(const TrainOptions& o) {
+void TrainOptions::validate() const {
+  const TrainOptions& o = *this;
+  ATTN_CHECK(!o.model_dir.empty(), ConfigError, "train: --model-dir is required");
   ATTN_CHECK(o.lr_factor > 0, ConfigError, "--lr-factor must be > 0, got ", o.lr_factor);
+  // Its own message, before the range below: it says what 0 means and refuses inf in words.
+  ATTN_CHECK(std::isfinite(o.clip_norm) && o.clip_norm >= 0, ConfigError,
+             "--clip-norm must be finite and >= 0 (0: off), got ", o.clip_norm);
   // What a checkpoint stores, within the range --resume accepts from one ("train.max_tokens" is
   // --max-tokens).
   o.visit_saved([](const std::string& key, const auto& value, bool, auto lo, auto hi) {
@@ -174,15 +177,15 @@ void check_train_flags(const TrainOptions& o) {
   ATTN_CHECK(o.vocab_size > 0, ConfigError, "--vocab-size must be > 0, got ", o.vocab_size);
   ATTN_CHECK(o.vocab_size <= kMaxVocabSize, ConfigError, "--vocab-size ", o.vocab_size,
              " is more than the ", kMaxVocabSize, " a vocabulary may have");
-  if (!o.resume) check_cooldown(o);
+  // A new run's --cooldown ends its learning rate at --steps, so it needs a --steps that many
+  // long; a resumed run's is the checkpoint's (checked against --steps once it is restored).
+  ATTN_CHECK(o.resume || o.cooldown == 0 || (o.steps > 0 && o.cooldown <= o.steps), ConfigError,
+             "--cooldown ", o.cooldown, " needs --steps of at least as many updates (the run's ",
+             "length, where the learning rate reaches zero), got --steps ", o.steps);
   ATTN_CHECK(o.average <= o.keep, ConfigError, "--average ", o.average, " averages the last ",
              o.average, " checkpoints, but --keep ", o.keep, " keeps only ", o.keep);
-  // The model and batches the flags describe, before the vocabulary is trained (the real
-  // vocabulary may come out smaller than --vocab-size, never larger); a resumed run takes both
-  // from its checkpoint.
-  if (o.resume) return;
-  make_config(o, o.vocab_size);
-  ATTN_CHECK(o.max_tokens >= o.max_len, ConfigError, "--max-tokens ", o.max_tokens,
+  // A resumed run's --max-tokens and --max-len are its checkpoint's.
+  ATTN_CHECK(o.resume || o.max_tokens >= o.max_len, ConfigError, "--max-tokens ", o.max_tokens,
              " must be at least --max-len ", o.max_len,
              " so that a pair of the longest allowed length fits in a batch");
 }
@@ -201,7 +204,7 @@ std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const Paral
 }
 
 Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<Replicas> replicas)
-    : opt_(options),
+    : opt_(checked(options)),
       data_(std::move(data)),
       replicas_(replicas ? std::move(replicas) : std::make_shared<Replicas>()),
       lock_(replicas_->rank() == 0 ? lock_model_dir(opt_) : nullptr),
@@ -217,7 +220,6 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
                opt_.steps, " goes past step ", opt_.cooldown_end, ", where this run's --cooldown ",
                opt_.cooldown, " ends its learning rate at zero");
   } else {
-    check_cooldown(opt_);
     opt_.cooldown_end = opt_.cooldown > 0 ? opt_.steps : 0;
     build(make_config(opt_, vocab_.size()));
     order_ = train_batches_->epoch_order(opt_.seed, epoch_);
@@ -303,10 +305,8 @@ void Trainer::resume_from(const std::string& path) {
 }
 
 void Trainer::build(const TransformerConfig& config) {
-  ATTN_CHECK(opt_.tokens_per_update >= 0, ConfigError, "--tokens-per-update must be >= 0, got ",
-             opt_.tokens_per_update);
-  ATTN_CHECK(std::isfinite(opt_.clip_norm) && opt_.clip_norm >= 0, ConfigError,
-             "--clip-norm must be finite and >= 0 (0: off), got ", opt_.clip_norm);
+  // opt_ is within its ranges: validate() checked the given options, restore_options a
+  // checkpoint's.
   BatchingOptions b;
   b.max_tokens = opt_.max_tokens;
   b.max_len = opt_.max_len;

@@ -4,12 +4,15 @@
 // (--tokens-per-update beyond the data), allocated without bound (--layers 100000) or silently
 // meant something else (negative, NaN), a full standard output taken for success, a byte order
 // mark kept on interactive input, a wrong averaged-checkpoint count, nothing to score, and an
-// unknown ATTN_GEMM. Each is run as a user meets it, through the CLI.
+// unknown ATTN_GEMM. Each is run as a user meets it, through the CLI; the train flags also
+// through the Trainer that the CLI wraps.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -159,6 +162,52 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
     EXPECT_TRUE(contains(r.err, c.expected)) << r.err;
     EXPECT_FALSE(fs::exists(m + "/spm.model"));  // refused before the vocabulary was trained
   }
+}
+
+// The Trainer checks its options as the CLI checks the flags (TrainOptions::validate, in its
+// first member's initializer): the flag's message, before the model directory is even made. It
+// used to check a few, after the vocabulary was trained; --keep 0, --average over more than
+// --keep or a NaN --minutes it took.
+TEST_F(HostilePaths, ATrainerRefusesBadOptionsWithTheFlagsMessage) {
+  struct Case {
+    std::string flags;
+    std::function<void(tr::TrainOptions&)> set;
+  };
+  const std::vector<Case> cases = {
+      {"--keep 0", [](tr::TrainOptions& o) { o.keep = 0; }},
+      {"--average 2 --keep 1",
+       [](tr::TrainOptions& o) {
+         o.average = 2;
+         o.keep = 1;
+       }},
+      {"--minutes nan", [](tr::TrainOptions& o) { o.minutes = std::nan(""); }},
+      {"--steps -1", [](tr::TrainOptions& o) { o.steps = -1; }},
+      {"--max-len 1", [](tr::TrainOptions& o) { o.max_len = 1; }},
+      {"--tokens-per-update -1", [](tr::TrainOptions& o) { o.tokens_per_update = -1; }},
+      {"--cooldown 10", [](tr::TrainOptions& o) { o.cooldown = 10; }},
+      {"--lr-factor 0", [](tr::TrainOptions& o) { o.lr_factor = 0; }},
+      {"--vocab-size 0", [](tr::TrainOptions& o) { o.vocab_size = 0; }},
+      {"--max-tokens 1", [](tr::TrainOptions& o) { o.max_tokens = 1; }},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(cases[i].flags);
+    const std::string m = path("m" + std::to_string(i));
+    tr::TrainOptions o;  // the flags' defaults
+    o.model_dir = m;
+    o.preset = "tiny";
+    o.quiet = true;
+    cases[i].set(o);
+    const std::string msg = error_of<attn::ConfigError>([&] { tr::Trainer t(o, split()); });
+    EXPECT_FALSE(msg.empty());
+    EXPECT_FALSE(fs::exists(m));
+    const CliResult r = run("train --preset tiny --model-dir " + m + " " + cases[i].flags);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_TRUE(contains(r.err, msg)) << "Trainer: " << msg << "\nCLI: " << r.err;
+  }
+  tr::TrainOptions no_dir;
+  no_dir.quiet = true;
+  EXPECT_TRUE(contains(error_of<attn::ConfigError>([&] { tr::Trainer t(no_dir, split()); }),
+                       "train: --model-dir is required"));
 }
 
 TEST_F(HostilePaths, TokensPerUpdateBeyondTheTrainingDataIsRefused) {
