@@ -10,6 +10,8 @@
 
 #include <attn/error.hpp>
 
+#include "text.hpp"  // next_code_point
+
 namespace attn::translate {
 namespace {
 
@@ -302,22 +304,14 @@ std::string lowercase_utf8(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    const std::size_t len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    if (c >= 0x80 && (c < 0xC2 || i + len > text.size())) {  // not a lead byte: keep as is
-      out += text[i++];
-      continue;
-    }
-    std::uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
-    for (std::size_t k = 1; k < len; ++k)
-      cp = cp << 6 | (static_cast<unsigned char>(text[i + k]) & 0x3F);
-    const std::uint32_t lower = lower_code_point(cp);
+    const std::size_t start = i;
+    const std::uint32_t cp = next_code_point(text, i);
+    const std::uint32_t lower = cp == kNotACodePoint ? cp : lower_code_point(cp);
     if (lower == cp) {
-      out.append(text.substr(i, len));
+      out.append(text.substr(start, i - start));  // as it was, a byte that starts no sequence too
     } else {
       encode_utf8(lower, out);
     }
-    i += len;
   }
   return out;
 }

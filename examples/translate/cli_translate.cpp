@@ -10,6 +10,7 @@
 
 #include "cli_common.hpp"
 #include "corpus_io.hpp"
+#include "text.hpp"
 
 namespace attn::translate {
 
@@ -26,10 +27,7 @@ std::vector<std::string> read_input(const std::string& path) {
     total = std::min(kMaxTextFileBytes, total + line.size() + 1);
     ATTN_CHECK(lines.size() < kMaxTextFileLines, FormatError, "<stdin> has more than ",
                kMaxTextFileLines, " lines, the limit of one text input");
-    const std::size_t bad = find_invalid_utf8(line);
-    ATTN_CHECK(bad == std::string::npos, DataError, "<stdin> line ", lines.size() + 1,
-               ": expected UTF-8 text, found an invalid byte sequence at byte offset ", bad,
-               " of the line");
+    check_utf8_line(line, "<stdin>", lines.size() + 1);
     lines.push_back(std::move(line));
   }
   return lines;

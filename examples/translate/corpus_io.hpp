@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "text.hpp"  // find_invalid_utf8 and check_utf8_line, which the readers here apply
+
 namespace attn::translate {
 
 /// Sentence pairs: src[i] translates to tgt[i].
@@ -28,14 +30,6 @@ struct CorpusSplit {
   ParallelCorpus valid;
   ParallelCorpus test;
 };
-
-/// Byte offset of the first ill-formed UTF-8 sequence in `text`, or std::string_view::npos if the
-/// text is well formed. Rejects, as RFC 3629 does: stray continuation bytes, truncated sequences,
-/// overlong encodings, UTF-16 surrogates (U+D800..U+DFFF) and code points above U+10FFFF.
-std::size_t find_invalid_utf8(std::string_view text);
-inline bool is_valid_utf8(std::string_view text) {
-  return find_invalid_utf8(text) == std::string_view::npos;
-}
 
 /// The most bytes read_lines takes from one file by default, after decompression: 1 GiB. A gzip
 /// stream inflates up to about 1000 times its size, so a small file (a "gzip bomb") could

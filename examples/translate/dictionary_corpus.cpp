@@ -7,7 +7,6 @@
 #include <attn/error.hpp>
 #include <attn/train/regular_file.hpp>
 
-#include "corpus_io.hpp"  // is_valid_utf8
 #include "text.hpp"
 
 namespace attn::translate {

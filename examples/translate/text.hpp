@@ -1,5 +1,6 @@
-// Small text utilities the corpus readers and the vocabulary share: UTF-8 code points, words,
-// spaces, and the stable hash that orders the built-in corpus and fingerprints spm.model.
+// Small text utilities the corpus readers and the vocabulary share: UTF-8 validation and code
+// points, words, spaces, and the stable hash that orders the built-in corpus and fingerprints
+// spm.model.
 #pragma once
 
 #include <cstddef>
@@ -9,7 +10,25 @@
 
 namespace attn::translate {
 
-/// Decodes the code point of valid UTF-8 at s[i] and advances i past it.
+/// Byte offset of the first ill-formed UTF-8 sequence in `text`, or std::string_view::npos if the
+/// text is well formed. Rejects, as RFC 3629 does: stray continuation bytes, truncated sequences,
+/// overlong encodings, UTF-16 surrogates (U+D800..U+DFFF) and code points above U+10FFFF.
+std::size_t find_invalid_utf8(std::string_view text);
+inline bool is_valid_utf8(std::string_view text) {
+  return find_invalid_utf8(text) == std::string_view::npos;
+}
+
+/// DataError "<where> line <line_no>: expected UTF-8 text, found an invalid byte sequence at byte
+/// offset <b> of the line (byte 0x<hh>)" unless `line` is well-formed UTF-8: the one message of
+/// every reader of text lines (files, stdin, the translator's input).
+void check_utf8_line(std::string_view line, std::string_view where, std::size_t line_no);
+
+/// What next_code_point returns for a byte that starts no sequence: 0x80..0xC1, or a lead byte
+/// whose sequence `s` cuts short.
+inline constexpr std::uint32_t kNotACodePoint = 0xFFFFFFFF;
+/// Decodes the code point of the UTF-8 sequence at s[i] and advances i past it; a byte that starts
+/// no sequence is passed over alone, as kNotACodePoint. Continuation bytes are not checked
+/// (find_invalid_utf8 does that): the code point of ill-formed text is one of no meaning.
 std::uint32_t next_code_point(std::string_view s, std::size_t& i);
 /// Code points of `s`: its bytes that are not UTF-8 continuation bytes.
 std::size_t count_code_points(std::string_view s);

@@ -8,9 +8,9 @@
 #include <attn/train/model_file.hpp>
 #include <attn/train/safetensors.hpp>
 
-#include "corpus_io.hpp"
 #include "model_dir.hpp"  // model_file
 #include "model_metadata.hpp"
+#include "text.hpp"
 
 namespace attn::translate {
 
@@ -75,9 +75,7 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& l
   // Every line is checked before the first is decoded, so a bad line costs no decoding time.
   std::vector<std::vector<TokenId>> ids(lines.size());
   for (std::size_t i = 0; i < lines.size(); ++i) {
-    const std::size_t bad = find_invalid_utf8(lines[i]);
-    ATTN_CHECK(bad == std::string::npos, DataError, input_name, " line ", first_line + i,
-               ": expected UTF-8 text, found an invalid byte sequence at byte offset ", bad);
+    check_utf8_line(lines[i], input_name, first_line + i);
     ids[i] = encode_source(vocab_, lines[i], max_len_,
                            detail::concat(input_name, " line ", first_line + i));
   }

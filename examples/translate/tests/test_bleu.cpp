@@ -43,6 +43,14 @@ TEST(Bleu, Lowercase) {
             "e \xd0\xbc\xcf\x83 \xc5\x82\xc4\x85");
 }
 
+// Bytes that start no UTF-8 sequence (0x80..0xC1, a sequence cut short) are kept as they are.
+TEST(Bleu, LowercaseKeepsBytesThatAreNotUtf8) {
+  EXPECT_EQ(lowercase_utf8("A\x80\xc1\xbf"
+                           "B\xc3\x84\xc3"),
+            "a\x80\xc1\xbf"
+            "b\xc3\xa4\xc3");
+}
+
 TEST(Bleu, PerfectMatchIs100) {
   const BleuScore s = corpus_bleu({"The cat sat on the mat."}, {"The cat sat on the mat."});
   EXPECT_DOUBLE_EQ(s.score, 100.0);

@@ -217,6 +217,36 @@ TEST(Text, TheStableHashNeverChanges) {
   EXPECT_EQ(count_words("  two  words "), 2u);
 }
 
+// A byte that starts no UTF-8 sequence (0x80..0xC1, or a lead byte the text cuts short) is passed
+// over alone: it neither takes the byte after it into a code point nor reads past the end.
+TEST(Text, NextCodePointPassesOverAByteThatStartsNoSequence) {
+  const std::string s = "a\xc3\xa4\x80 \xc1\xbf\xf0\x9f\x98\x80\xe2\x82";
+  std::vector<std::uint32_t> cps;
+  std::size_t i = 0;
+  while (i < s.size()) cps.push_back(next_code_point(s, i));
+  EXPECT_EQ(i, s.size());
+  EXPECT_EQ(cps,
+            (std::vector<std::uint32_t>{'a', 0xE4, kNotACodePoint, ' ', kNotACodePoint,
+                                        kNotACodePoint, 0x1F600, kNotACodePoint, kNotACodePoint}));
+  // The space after the stray byte is a space: "\x80 " decoded as U+0020 and vanished before.
+  EXPECT_EQ(normalize_spaces("a\x80  b\xc3"), "a\x80 b\xc3");
+}
+
+TEST(Text, CheckUtf8LineNamesTheLineTheOffsetAndTheByte) {
+  EXPECT_NO_THROW(
+      check_utf8_line("gr\xc3\xbc\xc3\x9f"
+                      "e",
+                      "'f.txt'", 3));
+  EXPECT_EQ(error_of<attn::DataError>([] {
+              check_utf8_line(
+                  "thr\xe9"
+                  "e",
+                  "<stdin>", 3);
+            }),
+            "<stdin> line 3: expected UTF-8 text, found an invalid byte sequence at byte offset 3 "
+            "of the line (byte 0xe9)");
+}
+
 TEST(GettextCorpus, FormatDetection) {
   for (const char* s : {"Copy %s now", "%1$s items", "%-5.2lf left", "%(name)s gone", "%{x} y",
                         "Show {count} files", "Set $HOME now", "<b>bold</b> text",
