@@ -98,7 +98,7 @@ inline TextOutcome run_train_state(const std::uint8_t* data, std::size_t size) {
   return impl::refused_or_accepted([&] {
     translate::TrainOptions o;
     translate::restore_options(o, m, "fuzz.safetensors");
-    if (m.count("curves")) translate::decode_curves(m.at("curves"), "fuzz.safetensors");
+    translate::restore_curves(m, "fuzz.safetensors");
     translate::restore_data_position(m, "fuzz.safetensors", 1000);
     translate::check_data_fingerprint(m, "fuzz.safetensors", kSeedDataFingerprint);
   });
@@ -136,7 +136,7 @@ inline std::vector<std::pair<std::string, std::string>> train_state_seeds() {
   translate::store_options(translate::TrainOptions{}, m);
   translate::store_data_position({3, 7}, m);
   translate::store_data_fingerprint(kSeedDataFingerprint, m);
-  m["curves"] = translate::encode_curves({{100, 4.5, 4.25, 1.5}, {200, 3.5, -0.0, 0.0}});
+  translate::store_curves({{100, 4.5, 4.25, 1.5}, {200, 3.5, -0.0, 0.0}}, m);
   std::string text;
   for (const auto& [k, v] : m) text += k + "=" + v + "\n";
   return {{"train_state.txt", text}};

@@ -219,7 +219,7 @@ int run_train(TrainCommand& c, int threads, std::shared_ptr<Replicas>& replicas)
   replicas =
       join_replicas(t, {threads_given(*c.app), c.max_tokens_per_rank, !c.no_overlap_all_reduce});
   replicas->agree_on_flags(t);
-  BuiltinCorpus corpus = load_train_data(c.data);
+  BuiltinCorpus corpus = load_train_data(c.data, replicas->rank() == 0);
   install_stop_handlers();  // Ctrl-C / SIGTERM: checkpoint, then exit 130 / 143
   Trainer trainer(t, std::move(corpus.split), replicas);
   if (t.evaluate) check_test_sources(trainer);

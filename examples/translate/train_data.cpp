@@ -8,9 +8,10 @@ namespace attn::translate {
 
 namespace {
 
-BuiltinCorpus load_builtin(const BuiltinCorpusOptions& b) {
+BuiltinCorpus load_builtin(const BuiltinCorpusOptions& b, bool report) {
   BuiltinCorpusStats stats;
   BuiltinCorpus corpus = load_builtin_corpus(b, &stats);
+  if (!report) return corpus;
   for (const auto& m : stats.missing) std::cerr << "built-in corpus: left out " << m << '\n';
   const auto& s = corpus.split;
   std::cerr << "built-in corpus (English -> German): " << s.train.size() << " training pairs ("
@@ -46,7 +47,7 @@ void apply_mix(const std::string& mix, BuiltinCorpusOptions& b) {
   }
 }
 
-BuiltinCorpus load_train_data(const TrainDataFlags& f) {
+BuiltinCorpus load_train_data(const TrainDataFlags& f, bool report) {
   ATTN_CHECK(f.src.empty() == f.tgt.empty(), ConfigError,
              "train: --src and --tgt go together (got --src '", f.src, "', --tgt '", f.tgt, "')");
   ATTN_CHECK(f.valid_src.empty() == f.valid_tgt.empty() && f.test_src.empty() == f.test_tgt.empty(),
@@ -54,7 +55,7 @@ BuiltinCorpus load_train_data(const TrainDataFlags& f) {
   BuiltinCorpus corpus;
   CorpusSplit& data = corpus.split;
   if (f.src.empty()) {
-    corpus = load_builtin(f.builtin);
+    corpus = load_builtin(f.builtin, report);
   } else {
     data.train = read_parallel(f.src, f.tgt);
   }

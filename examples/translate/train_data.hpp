@@ -22,9 +22,9 @@ struct TrainDataFlags {
 void apply_mix(const std::string& mix, BuiltinCorpusOptions& builtin);
 
 /// The corpus the flags name: the built-in corpus of flags.builtin (apply_mix first) without
-/// --src, with its summary printed to stderr; the given files replace its validation and test
-/// sets (and the showcase, with a test set). ConfigError if a file of a pair is given without
-/// the other.
-BuiltinCorpus load_train_data(const TrainDataFlags& flags);
+/// --src, with its summary printed to stderr when `report` (rank 0 of a job: every rank reads
+/// the same corpus); the given files replace its validation and test sets (and the showcase,
+/// with a test set). ConfigError if a file of a pair is given without the other.
+BuiltinCorpus load_train_data(const TrainDataFlags& flags, bool report);
 
 }  // namespace attn::translate

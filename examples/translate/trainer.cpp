@@ -89,8 +89,14 @@ double Trainer::update() {
   scale_gradients(adam_->parameters(), 1.0 / static_cast<double>(stats.tokens));
   // A finite loss can still have a NaN or Inf gradient; Adam would spread it into every weight.
   last_grad_norm_ = grad_norm(adam_->parameters());
-  ATTN_CHECK(std::isfinite(last_grad_norm_), NumericError, "step ", step, ": the gradient norm is ",
-             last_grad_norm_, " (try a lower --lr-factor, a longer --warmup or --clip-norm)");
+  if (!std::isfinite(last_grad_norm_)) {
+    const std::string message =
+        attn::detail::concat("step ", step, ": the gradient norm is ", last_grad_norm_,
+                             " (try a lower --lr-factor, a longer --warmup or --clip-norm)");
+    // The sums made the gradients, and so this error, the same on every rank: rank 0 reports it.
+    if (replicas_->size() > 1) throw AgreedError(message);
+    throw NumericError(message);
+  }
   if (opt_.clip_norm > 0) clip_grad_norm(adam_->parameters(), opt_.clip_norm);
   adam_->step(learning_rate(step));
   return stats.mean_loss();

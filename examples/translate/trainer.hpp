@@ -171,6 +171,7 @@ class Trainer {
   void build(const TransformerConfig& config);  // batchers, model, Adam, loss from opt_
   void resume_from(const std::string& path);    // build() from a checkpoint, then load it
   void resume_newest_loadable(const TrainOptions& given);
+  void set_aside_skipped_checkpoints();  // rank 0, once the ranks agreed (start)
   std::map<std::string, std::string> metadata() const;
   const Batch& next_batch();
   double update();  // one optimiser step; returns its mean smoothed loss
@@ -206,7 +207,8 @@ class Trainer {
   int averaged_ = 0;        // by finish()
   Index resume_step_ = -1;  // the step of the resume point on disk (write_checkpoint), or -1
   std::string resumed_from_;
-  std::vector<std::string> skipped_checkpoints_;
+  std::vector<std::string> skipped_checkpoints_;  // "path (why it does not load)"
+  std::vector<std::string> skipped_paths_;        // the same checkpoints' paths
 };
 
 /// Builds a TransformerConfig from the preset name and overrides; ConfigError for an unknown

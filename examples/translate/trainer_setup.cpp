@@ -236,6 +236,7 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
              opt_.tokens_per_update, " is more than the ", epoch_tokens,
              " target tokens of all the training data: an update may take at most one epoch");
   replicas_->start(*model_, data_fingerprint_, metadata());
+  if (opt_.resume) set_aside_skipped_checkpoints();
 }
 
 void Trainer::resume_newest_loadable(const TrainOptions& given) {
@@ -244,11 +245,8 @@ void Trainer::resume_newest_loadable(const TrainOptions& given) {
   ATTN_CHECK(!ckpts.empty(), IOError, "--resume: model directory '", opt_.model_dir,
              "' has no checkpoint_<step>.safetensors (train without --resume to start afresh)");
   // A checkpoint that does not load (corrupt, truncated, tampered) is skipped for the next older
-  // one; each attempt starts from the given options and builds everything anew. Once one loads,
-  // rank 0 sets the skipped ones aside: left in place, they would stay the newest checkpoints, and
-  // pruning would remove the ones that load.
+  // one; each attempt starts from the given options and builds everything anew.
   std::string reasons;
-  std::vector<std::string> skipped_paths;
   for (auto it = ckpts.rbegin(); it != ckpts.rend(); ++it) {
     try {
       opt_ = given;
@@ -256,25 +254,33 @@ void Trainer::resume_newest_loadable(const TrainOptions& given) {
     } catch (const OtherDataError&) {
       throw;  // the given data, not the checkpoint: an older one would not match either
     } catch (const Error& e) {
-      skipped_paths.push_back(it->second);
+      skipped_paths_.push_back(it->second);
       skipped_checkpoints_.push_back(it->second + " (" + e.what() + ")");
       reasons += (reasons.empty() ? "" : "; ") + skipped_checkpoints_.back();
       continue;
     }
-    // Outside the try: a rename that fails (a read-only directory) is its own error, not a reason
-    // to skip the checkpoint that loaded (every one was reported as not loading).
     resumed_from_ = it->second;
-    std::string aside;
-    for (const std::string& path : skipped_paths)
-      if (replicas_->rank() == 0)
-        aside += (aside.empty() ? "; set aside as " : ", ") + set_aside_checkpoint(path);
-    if (!skipped_checkpoints_.empty() && !opt_.quiet)
-      std::cerr << "resume: skipped " << reasons << aside << "; resuming from " << it->second
-                << '\n';
     return;
   }
   throw FormatError(
       detail::concat("--resume: no checkpoint of '", opt_.model_dir, "' loads: ", reasons));
+}
+
+// Left in place, the skipped checkpoints would stay the newest, and pruning would remove the ones
+// that load. Only after start(), where the ranks agreed on the weights: a checkpoint that one rank
+// alone could not read (its file system, not the file) is not set aside for the others. Outside
+// resume_newest_loadable's retries: a rename that fails (a read-only directory) is its own error,
+// not a reason to skip the checkpoint that loaded.
+void Trainer::set_aside_skipped_checkpoints() {
+  if (skipped_paths_.empty()) return;
+  std::string reasons, aside;
+  for (const std::string& s : skipped_checkpoints_) reasons += (reasons.empty() ? "" : "; ") + s;
+  if (replicas_->rank() == 0)
+    for (const std::string& path : skipped_paths_)
+      aside += (aside.empty() ? "; set aside as " : ", ") + set_aside_checkpoint(path);
+  if (!opt_.quiet)
+    std::cerr << "resume: skipped " << reasons << aside << "; resuming from " << resumed_from_
+              << '\n';
 }
 
 void Trainer::resume_from(const std::string& path) {
