@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention_problem.hpp"  // GemmPathScope
 #include "gemm_testing.hpp"
 #include "gradcheck.hpp"
 #include "pch.hpp"
@@ -149,7 +150,7 @@ TEST(Transformer, FloatLogitsAndGradientsAgreeWithDoubleOnEveryGemmPath) {
   };
   for (kernels::GemmPath path : testing::available_paths()) {
     SCOPED_TRACE(kernels::gemm_path_name(path));
-    kernels::set_gemm_path(path);
+    const testing::GemmPathScope scope(path);
     mf.zero_grad();
     EXPECT_LT(rel_error(mf.forward(src, tgt).data(), yd.data(), yd.numel()), 2e-6);
     mf.backward(rf);
@@ -157,7 +158,6 @@ TEST(Transformer, FloatLogitsAndGradientsAgreeWithDoubleOnEveryGemmPath) {
       EXPECT_LT(rel_error(pf[i].grad.data(), pd[i].grad.data(), pd[i].grad.numel()), 1e-5)
           << pd[i].name;
   }
-  kernels::set_gemm_path(kernels::GemmPath::automatic);
 }
 
 // Module::gather_gradients, as the Transformer's constructor calls it: every gradient zero, in one

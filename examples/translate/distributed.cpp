@@ -78,15 +78,16 @@ std::string slow_update_warning(double update_seconds, const char* sigkill_timeo
     const long given = std::strtol(sigkill_timeout, &end, 10);
     if (*end == '\0' && given >= 0) wait = given;
   }
-  if (!std::isfinite(update_seconds) || update_seconds <= static_cast<double>(wait)) return {};
+  // The update under way, and about as long again to save the checkpoint after it.
+  if (!std::isfinite(update_seconds) || 2 * update_seconds <= static_cast<double>(wait)) return {};
   // Room for the update under way and the checkpoint after it, with a margin.
   const long enough = std::max(60L, std::lround(std::ceil(3 * update_seconds)));
   return attn::detail::concat(
       "train: an update takes ", std::lround(update_seconds * 10) / 10.0,
-      " s, but mpirun kills the ranks ", wait, wait == 1 ? " second" : " seconds",
-      " after it passes Ctrl-C on as SIGTERM (odls_base_sigkill_timeout): the checkpoint the ranks "
-      "save after the update under way would be cut off, and the work since the last one lost. "
-      "Start mpirun with --mca odls_base_sigkill_timeout ",
+      " s, and mpirun kills the ranks ", wait, wait == 1 ? " second" : " seconds",
+      " after it passes Ctrl-C on as SIGTERM (odls_base_sigkill_timeout): too little for the "
+      "update under way and the checkpoint the ranks save after it, so the work since the last "
+      "checkpoint would be lost. Start mpirun with --mca odls_base_sigkill_timeout ",
       enough, " (README, \"Training on several machines\")");
 }
 

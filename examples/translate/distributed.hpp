@@ -15,8 +15,10 @@
 //               the counter all ranks share, so a checkpoint holds nothing rank-specific and
 //               --resume with the same N continues bit-identically.
 // An error on one rank during an update (NaN loss, bad batch) reaches every rank at the end of the
-// update and each throws AgreedError with the failing rank's message; an error elsewhere (reading
-// data, the vocabulary) prints the message with the rank and stops the job (MPI_Abort).
+// update and each throws AgreedError with the failing rank's message (so does a gradient norm
+// that is not finite after the sums: the same on every rank), which rank 0 prints; an error
+// elsewhere (reading data, the vocabulary) prints the message with the rank and stops the job
+// (MPI_Abort).
 //
 // This header needs no MPI: the base class Replicas is one process alone, and attn-translate
 // built without MPI (or started without mpirun) uses only it.
@@ -116,10 +118,11 @@ std::uint64_t rank_seed(std::uint64_t seed, int rank);
 void share_batch(const Batch& full, int rank, int ranks, Batch& out);
 
 /// What rank 0 prints, once, when an update takes `update_seconds` and Open MPI's mpirun would
-/// kill the ranks sooner after passing a Ctrl-C on as SIGTERM: the ranks finish the update and
+/// kill the ranks too soon after passing a Ctrl-C on as SIGTERM: the ranks finish the update and
 /// save a checkpoint first, and the kill would cut that off. `sigkill_timeout` is the value of
 /// OMPI_MCA_odls_base_sigkill_timeout (nullptr or not a whole number of seconds: Open MPI's
-/// default, 1 s). Empty when the update fits in the wait.
+/// default, 1 s; a value set in an MCA parameter file is not seen). Empty when the wait holds
+/// two updates, the one under way and about as long again for the checkpoint.
 std::string slow_update_warning(double update_seconds, const char* sigkill_timeout);
 
 /// A 64-bit fingerprint of every batch's token ids, in batch order.

@@ -260,6 +260,8 @@ void Trainer::resume_newest_loadable(const TrainOptions& given) {
       continue;
     }
     resumed_from_ = it->second;
+    if (!skipped_checkpoints_.empty() && !opt_.quiet)
+      std::cerr << "resume: skipped " << reasons << "; resuming from " << it->second << '\n';
     return;
   }
   throw FormatError(
@@ -272,15 +274,11 @@ void Trainer::resume_newest_loadable(const TrainOptions& given) {
 // resume_newest_loadable's retries: a rename that fails (a read-only directory) is its own error,
 // not a reason to skip the checkpoint that loaded.
 void Trainer::set_aside_skipped_checkpoints() {
-  if (skipped_paths_.empty()) return;
-  std::string reasons, aside;
-  for (const std::string& s : skipped_checkpoints_) reasons += (reasons.empty() ? "" : "; ") + s;
-  if (replicas_->rank() == 0)
-    for (const std::string& path : skipped_paths_)
-      aside += (aside.empty() ? "; set aside as " : ", ") + set_aside_checkpoint(path);
-  if (!opt_.quiet)
-    std::cerr << "resume: skipped " << reasons << aside << "; resuming from " << resumed_from_
-              << '\n';
+  if (skipped_paths_.empty() || replicas_->rank() != 0) return;
+  std::string aside;
+  for (const std::string& path : skipped_paths_)
+    aside += (aside.empty() ? "" : ", ") + set_aside_checkpoint(path);
+  if (!opt_.quiet) std::cerr << "resume: set aside as " << aside << '\n';
 }
 
 void Trainer::resume_from(const std::string& path) {

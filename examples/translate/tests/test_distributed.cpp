@@ -101,11 +101,12 @@ TEST(Replicas, OneProcessSharesNothingAndRethrowsAnError) {
 
 TEST(SlowUpdateWarning, NamesTheUpdateTheWaitAndWhatToPassMpirun) {
   EXPECT_EQ(tr::slow_update_warning(0.5, nullptr), "");  // within Open MPI's default second
-  EXPECT_EQ(tr::slow_update_warning(30, "60"), "");
+  EXPECT_EQ(tr::slow_update_warning(30, "60"), "");      // room for the update and a checkpoint
+  EXPECT_NE(tr::slow_update_warning(31, "60"), "");
   const std::string w = tr::slow_update_warning(3.24, nullptr);
   EXPECT_TRUE(attn::testing::contains(
       w,
-      "train: an update takes 3.2 s, but mpirun kills the ranks 1 second after "
+      "train: an update takes 3.2 s, and mpirun kills the ranks 1 second after "
       "it passes Ctrl-C on as SIGTERM"))
       << w;
   EXPECT_TRUE(attn::testing::contains(w, "Start mpirun with --mca odls_base_sigkill_timeout 60 "))
