@@ -87,6 +87,8 @@ double Trainer::update() {
   stats = replicas_->finish_update(stats, error, *model_);  // sums gradients over the ranks
   train_tokens_ += stats.tokens;
   scale_gradients(adam_->parameters(), 1.0 / static_cast<double>(stats.tokens));
+  if (step == fault_grad_step_)
+    model_->parameters()[0].grad.data()[0] = std::numeric_limits<float>::quiet_NaN();
   // A finite loss can still have a NaN or Inf gradient; Adam would spread it into every weight.
   last_grad_norm_ = grad_norm(adam_->parameters());
   if (!std::isfinite(last_grad_norm_)) {

@@ -189,6 +189,7 @@ class Trainer {
   SubwordVocab vocab_;
   ProgressLine progress_;
   Index fault_step_ = 0;  // ATTN_TRANSLATE_FAULT_STEP: a test's NaN loss in this update (0: none)
+  Index fault_grad_step_ = 0;  // ATTN_TRANSLATE_FAULT_GRAD_STEP: a NaN gradient after its sums
   std::unique_ptr<Transformer<float>> model_;
   std::unique_ptr<Adam<float>> adam_;
   std::unique_ptr<LabelSmoothedCrossEntropy<float>> loss_;

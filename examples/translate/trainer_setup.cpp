@@ -30,11 +30,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// ATTN_TRANSLATE_FAULT_STEP=N fails this process's update N as a NaN loss would, naming the
-// variable: how test_mpi.cpp fails one rank of a job in the middle of an update. Unset: never.
-Index injected_fault_step() {
-  const char* v = std::getenv("ATTN_TRANSLATE_FAULT_STEP");
-  return v ? parse_number_or_throw<Index>(v, "environment", "ATTN_TRANSLATE_FAULT_STEP") : 0;
+// The update a test makes fail (0: none, when `variable` is unset): ATTN_TRANSLATE_FAULT_STEP=N
+// fails this process's update N as a NaN loss would, naming the variable (how test_mpi.cpp fails
+// one rank of a job in the middle of an update); ATTN_TRANSLATE_FAULT_GRAD_STEP=N makes a gradient
+// NaN after update N's sums (on every rank that sets it).
+Index injected_fault_step(const char* variable) {
+  const char* v = std::getenv(variable);
+  return v ? parse_number_or_throw<Index>(v, "environment", variable) : 0;
 }
 
 std::vector<std::string> both_sides(const ParallelCorpus& c) {
@@ -210,7 +212,8 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
       lock_(replicas_->rank() == 0 ? lock_model_dir(opt_) : nullptr),
       vocab_(open_vocab(opt_, data_, *replicas_)),
       progress_(std::cerr, !opt_.quiet && ProgressLine::stderr_is_terminal()),
-      fault_step_(injected_fault_step()) {
+      fault_step_(injected_fault_step("ATTN_TRANSLATE_FAULT_STEP")),
+      fault_grad_step_(injected_fault_step("ATTN_TRANSLATE_FAULT_GRAD_STEP")) {
   set_num_threads(opt_.threads);
   if (opt_.resume) {
     resume_newest_loadable(options);

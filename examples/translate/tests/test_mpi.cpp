@@ -218,6 +218,22 @@ TEST_F(Mpi, ANanLossOnOneRankInTheMiddleOfAnUpdateStopsEveryRankWithItsMessage) 
   }
 }
 
+TEST_F(Mpi, AGradientNormThatIsNotFiniteAfterTheSumsIsReportedOnceByRankZero) {
+  // After the sums every rank holds the same gradients, so a NaN among them stops every rank at
+  // the same point (ATTN_TRANSLATE_FAULT_GRAD_STEP on both): each throws AgreedError, and rank 0
+  // alone prints it. Every rank printed it before, through MPI_Abort.
+  const std::string args = " train --model-dir " + path("m") + " --steps 3 " + common(0);
+  const CliResult r =
+      mpirun("-n 2 env ATTN_TRANSLATE_FAULT_GRAD_STEP=2 " + std::string(ATTN_TRANSLATE_BIN) + args);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const std::string message = "step 2: the gradient norm is ";
+  const auto first = r.err.find(message);
+  EXPECT_NE(first, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(message, first + 1), std::string::npos) << r.err;  // once
+  EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;
+  EXPECT_FALSE(contains(r.err, "rank 1 of 2")) << r.err;
+}
+
 TEST_F(Mpi, ASignalToOneRankStopsEveryRankAfterTheSameUpdate) {
   // mpirun forwards Ctrl-C to every rank, but not at the same instant: a rank that stopped while
   // another began the next update left that one waiting for its sums for ever. Here only rank 1
