@@ -58,6 +58,9 @@ bool starts_list_item(std::string_view line) {
 struct RecordBuilder {
   std::string md5;
   bool has_description = false, bad = false, in_description = false;
+  // The description's lines as read: normalize_spaces decodes "\xC2 " as U+00A0 and drops it,
+  // turning ill-formed text into well-formed text, so the raw text is what is checked.
+  bool valid_utf8 = true;
   Description d;
   std::string paragraph;
 
@@ -70,6 +73,7 @@ struct RecordBuilder {
     if (!in_description) return;              // continuation of another field
     if (trim(line) == ".") return end_paragraph();
     const std::string_view text = trim(line);
+    valid_utf8 = valid_utf8 && is_valid_utf8(text);
     if (starts_list_item(text)) end_paragraph();
     paragraph += ' ';
     paragraph += text;
@@ -80,8 +84,7 @@ struct RecordBuilder {
 void finish_record(RecordBuilder& r, std::vector<Description>& out, DebianDescriptionStats& st) {
   r.end_paragraph();
   ++st.records;
-  bool utf8 = is_valid_utf8(r.d.short_text);
-  for (const auto& p : r.d.paragraphs) utf8 = utf8 && is_valid_utf8(p);
+  const bool utf8 = r.valid_utf8;
   if (r.bad || !is_md5(r.md5) || !r.has_description || r.d.short_text.empty() || !utf8) {
     ++st.malformed;
     st.invalid_utf8 += utf8 ? 0 : 1;
@@ -216,6 +219,7 @@ std::vector<Description> parse_translation_records(std::string_view text, std::s
     if (r.in_description) {
       r.bad = r.bad || r.has_description;  // two descriptions in one record
       r.has_description = true;
+      r.valid_utf8 = r.valid_utf8 && is_valid_utf8(value);
       r.d.short_text = normalize_spaces(value);
     }
   }

@@ -74,14 +74,17 @@ TEST(DebianDescriptions, MalformedRecordsAreSkippedAndCounted) {
       "Package: y\nthis line is no field\nDescription-md5: " + kMd5a +
       "\nDescription-en: broken\n\n" + record(kMd5b, "en", "Bad \xc3\x28 UTF-8") +
       "Package: z\nDescription-md5: " + kMd5a + "\n\n" +  // no description
+      // A lead byte before a space, in the short and in the long text: normalize_spaces took
+      // "\xc2 " for U+00A0 and dropped it, and the ill-formed record passed.
+      record(kMd5b, "en", "Lead \xc2 byte") + record(kMd5b, "en", "Short\n Long \xc2 line") +
       record(kMd5a, "en", "Good one");
   DebianDescriptionStats st;
   const auto d = parse_translation_records(text, "en", &st);
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].short_text, "Good one");
-  EXPECT_EQ(st.records, 6u);
-  EXPECT_EQ(st.malformed, 5u);
-  EXPECT_EQ(st.invalid_utf8, 1u);
+  EXPECT_EQ(st.records, 8u);
+  EXPECT_EQ(st.malformed, 7u);
+  EXPECT_EQ(st.invalid_utf8, 3u);
   // The other language's field is not a description of this one.
   EXPECT_TRUE(parse_translation_records(record(kMd5a, "de", "Kurz"), "en").empty());
 }
