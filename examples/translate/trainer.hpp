@@ -165,7 +165,7 @@ class Trainer {
   Index last_update() const;
   /// With --resume: the checkpoint resumed from, and each newer one skipped with the reason.
   const std::string& resumed_from() const { return resumed_from_; }
-  const std::vector<std::string>& skipped_checkpoints() const { return skipped_checkpoints_; }
+  std::vector<std::string> skipped_checkpoints() const;
 
  private:
   void build(const TransformerConfig& config);  // batchers, model, Adam, loss from opt_
@@ -208,8 +208,10 @@ class Trainer {
   int averaged_ = 0;        // by finish()
   Index resume_step_ = -1;  // the step of the resume point on disk (write_checkpoint), or -1
   std::string resumed_from_;
-  std::vector<std::string> skipped_checkpoints_;  // "path (why it does not load)"
-  std::vector<std::string> skipped_paths_;        // the same checkpoints' paths
+  struct SkippedCheckpoint {
+    std::string path, why;  // why it does not load
+  };
+  std::vector<SkippedCheckpoint> skipped_;  // newest first
 };
 
 /// Builds a TransformerConfig from the preset name and overrides; ConfigError for an unknown

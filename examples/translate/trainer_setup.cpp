@@ -249,7 +249,11 @@ void Trainer::resume_newest_loadable(const TrainOptions& given) {
              "' has no checkpoint_<step>.safetensors (train without --resume to start afresh)");
   // A checkpoint that does not load (corrupt, truncated, tampered) is skipped for the next older
   // one; each attempt starts from the given options and builds everything anew.
-  std::string reasons;
+  const auto reasons = [this] {
+    std::string joined;
+    for (const std::string& s : skipped_checkpoints()) joined += (joined.empty() ? "" : "; ") + s;
+    return joined;
+  };
   for (auto it = ckpts.rbegin(); it != ckpts.rend(); ++it) {
     try {
       opt_ = given;
@@ -257,18 +261,16 @@ void Trainer::resume_newest_loadable(const TrainOptions& given) {
     } catch (const OtherDataError&) {
       throw;  // the given data, not the checkpoint: an older one would not match either
     } catch (const Error& e) {
-      skipped_paths_.push_back(it->second);
-      skipped_checkpoints_.push_back(it->second + " (" + e.what() + ")");
-      reasons += (reasons.empty() ? "" : "; ") + skipped_checkpoints_.back();
+      skipped_.push_back({it->second, e.what()});
       continue;
     }
     resumed_from_ = it->second;
-    if (!skipped_checkpoints_.empty() && !opt_.quiet)
-      std::cerr << "resume: skipped " << reasons << "; resuming from " << it->second << '\n';
+    if (!skipped_.empty() && !opt_.quiet)
+      std::cerr << "resume: skipped " << reasons() << "; resuming from " << it->second << '\n';
     return;
   }
   throw FormatError(
-      detail::concat("--resume: no checkpoint of '", opt_.model_dir, "' loads: ", reasons));
+      detail::concat("--resume: no checkpoint of '", opt_.model_dir, "' loads: ", reasons()));
 }
 
 // Left in place, the skipped checkpoints would stay the newest, and pruning would remove the ones
@@ -277,11 +279,17 @@ void Trainer::resume_newest_loadable(const TrainOptions& given) {
 // resume_newest_loadable's retries: a rename that fails (a read-only directory) is its own error,
 // not a reason to skip the checkpoint that loaded.
 void Trainer::set_aside_skipped_checkpoints() {
-  if (skipped_paths_.empty() || replicas_->rank() != 0) return;
+  if (skipped_.empty() || replicas_->rank() != 0) return;
   std::string aside;
-  for (const std::string& path : skipped_paths_)
-    aside += (aside.empty() ? "" : ", ") + set_aside_checkpoint(path);
+  for (const SkippedCheckpoint& s : skipped_)
+    aside += (aside.empty() ? "" : ", ") + set_aside_checkpoint(s.path);
   if (!opt_.quiet) std::cerr << "resume: set aside as " << aside << '\n';
+}
+
+std::vector<std::string> Trainer::skipped_checkpoints() const {
+  std::vector<std::string> out;
+  for (const SkippedCheckpoint& s : skipped_) out.push_back(s.path + " (" + s.why + ")");
+  return out;
 }
 
 void Trainer::resume_from(const std::string& path) {
