@@ -59,6 +59,28 @@ inline Tensor<double> randn(const Shape& shape, std::uint64_t seed) {
   return t;
 }
 
+/// A float copy of a double tensor.
+inline Tensor<float> to_float(const Tensor<double>& x) {
+  Tensor<float> f(x.shape());
+  for (Index i = 0; i < x.numel(); ++i) f.data()[i] = static_cast<float>(x.data()[i]);
+  return f;
+}
+
+/// Gives a float model the values of the double model's parameters, rounded: two instances of
+/// one module class, whose parameters() list the same names and shapes in the same order.
+template <class DoubleModel, class FloatModel>
+void copy_parameters(DoubleModel& from, FloatModel& to) {
+  const auto pd = from.parameters();
+  auto pf = to.parameters();
+  ASSERT_EQ(pd.size(), pf.size());
+  for (std::size_t i = 0; i < pd.size(); ++i) {
+    ASSERT_EQ(pd[i].name, pf[i].name);
+    ASSERT_EQ(pd[i].value.shape(), pf[i].value.shape());
+    for (Index j = 0; j < pd[i].value.numel(); ++j)
+      pf[i].value.data()[j] = static_cast<float>(pd[i].value.data()[j]);
+  }
+}
+
 /// Compares `analytic` gradients (one per wrt tensor, same order) with central differences of
 /// `loss` as each wrt value is perturbed in place. `wrt` holds handles: perturbing them must
 /// change what `loss` computes.

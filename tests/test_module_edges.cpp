@@ -43,6 +43,11 @@ TEST(ModuleEdges, BackwardBeforeForwardSaysSo) {
   ReLU<float> relu;
   EXPECT_EQ(error_of<StateError>([&] { relu.backward(Tensor<float>(Shape{})); }),
             "ReLU::backward: needs a forward first");
+  // Dropout passed a scalar dy through: its empty shape of no forward equals a scalar's.
+  Dropout<float> dropout(0.5);
+  for (const Tensor<float>& dy : {Tensor<float>(), Tensor<float>(Shape{})})
+    EXPECT_EQ(error_of<StateError>([&] { dropout.backward(dy); }),
+              "Dropout::backward: needs a forward first");
   EncoderLayer<float> encoder(small_layer());
   EXPECT_EQ(error_of<StateError>([&] { encoder.backward(Tensor<float>()); }),
             "EncoderLayer::backward: needs a forward first");

@@ -102,6 +102,7 @@ TEST_P(MhaKernel, TrainingModeAttentionDropoutGradients) {
   Tensor<double> train_out = mha.forward_self(x, mask).clone();
   mha.eval();
   Tensor<double> eval_out = mha.forward_self(x, mask).clone();
+  ASSERT_TRUE(train_out.matrix().allFinite() && eval_out.matrix().allFinite());
   EXPECT_GT(testing::max_abs_diff(train_out, eval_out), 1e-3);
 }
 
@@ -330,14 +331,9 @@ TEST(MultiHeadAttention, FloatAgreesWithDouble) {
   MultiHeadAttention<double> md(D, H);
   MultiHeadAttention<float> mf(D, H);
   init(md, 51);
-  auto pd = md.parameters();
-  auto pf = mf.parameters();
-  for (std::size_t i = 0; i < pd.size(); ++i)
-    for (Index j = 0; j < pd[i].value.numel(); ++j)
-      pf[i].value.data()[j] = static_cast<float>(pd[i].value.data()[j]);
+  testing::copy_parameters(md, mf);
   Tensor<double> x = randn({2, 3, D}, 52);
-  Tensor<float> xf({2, 3, D});
-  for (Index i = 0; i < x.numel(); ++i) xf.data()[i] = static_cast<float>(x.data()[i]);
+  const Tensor<float> xf = testing::to_float(x);
   AttentionMask<float> mask;
   mask.causal = true;
   const Tensor<double>& yd = md.forward_self(x, AttentionMask<double>::causal_only());
@@ -349,6 +345,8 @@ TEST(MultiHeadAttention, FloatAgreesWithDouble) {
   const Tensor<float>& dxf = mf.backward(Tensor<float>::full({2, 3, D}, 1.0f));
   ASSERT_EQ(dxf.shape(), dxd.shape());
   for (Index i = 0; i < dxd.numel(); ++i) EXPECT_NEAR(dxf.data()[i], dxd.data()[i], 1e-5);
+  const auto pd = md.parameters();
+  const auto pf = mf.parameters();
   for (std::size_t i = 0; i < pd.size(); ++i)
     for (Index j = 0; j < pd[i].grad.numel(); ++j)
       EXPECT_NEAR(pf[i].grad.data()[j], pd[i].grad.data()[j], 1e-5)

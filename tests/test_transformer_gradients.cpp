@@ -120,12 +120,7 @@ TEST(Transformer, FloatLogitsAndGradientsAgreeWithDoubleOnEveryGemmPath) {
   Transformer<float> mf(c);
   md.eval();
   mf.eval();
-  auto pd = md.parameters();
-  auto pf = mf.parameters();
-  ASSERT_EQ(pd.size(), pf.size());
-  for (std::size_t i = 0; i < pd.size(); ++i)
-    for (Index j = 0; j < pd[i].value.numel(); ++j)
-      pf[i].value.data()[j] = static_cast<float>(pd[i].value.data()[j]);
+  testing::copy_parameters(md, mf);
   // 4 x 9 source and 4 x 7 target rows: above the 16 rows of the packed GEMM, padding in both.
   std::vector<TokenId> s, t;
   for (Index i = 0; i < 36; ++i)
@@ -134,8 +129,7 @@ TEST(Transformer, FloatLogitsAndGradientsAgreeWithDoubleOnEveryGemmPath) {
     t.push_back(i % 7 >= 7 - i / 7 ? 0 : 2 + static_cast<TokenId>(i % 29));
   const auto src = Ids::from({4, 9}, s), tgt = Ids::from({4, 7}, t);
   const Tensor<double> r = testing::randn({4, 7, c.tgt_vocab}, 81);
-  Tensor<float> rf({4, 7, c.tgt_vocab});
-  for (Index i = 0; i < r.numel(); ++i) rf.data()[i] = static_cast<float>(r.data()[i]);
+  const Tensor<float> rf = testing::to_float(r);
   md.zero_grad();
   const Tensor<double> yd = md.forward(src, tgt).clone();
   md.backward(r);
@@ -148,6 +142,8 @@ TEST(Transformer, FloatLogitsAndGradientsAgreeWithDoubleOnEveryGemmPath) {
     }
     return mag > 0 ? diff / mag : diff;
   };
+  const auto pd = md.parameters();
+  const auto pf = mf.parameters();
   for (kernels::GemmPath path : testing::available_paths()) {
     SCOPED_TRACE(kernels::gemm_path_name(path));
     const testing::GemmPathScope scope(path);

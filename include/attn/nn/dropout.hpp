@@ -42,6 +42,7 @@ class Dropout : public Module<T> {
   DropoutMask fused_forward(const Shape& shape) {
     active_ = this->is_training() && p_ > 0.0;
     shape_ = shape;
+    forwarded_ = true;
     if (!active_) return {};
     key_ = state_->next_key();
     return {p_, key_};
@@ -66,6 +67,7 @@ class Dropout : public Module<T> {
   /// For a caller that applies this dropout's backward inside a fused kernel (FeedForward): checks
   /// dy's shape as backward does.
   void check_backward_shape(const Shape& dy) const {
+    ATTN_CHECK(forwarded_, StateError, "Dropout::backward: needs a forward first");
     ATTN_CHECK(dy == shape_, ShapeError, "Dropout::backward: expected dy of shape ", shape_,
                ", got ", dy);
   }
@@ -80,9 +82,10 @@ class Dropout : public Module<T> {
  private:
   double p_;
   std::shared_ptr<RandomState> state_;
-  std::uint64_t key_ = 0;  // mask key of the last training-mode forward, kept for backward
-  bool active_ = false;    // whether the last forward dropped anything
-  Shape shape_;            // shape of the last forward's input
+  std::uint64_t key_ = 0;   // mask key of the last training-mode forward, kept for backward
+  bool active_ = false;     // whether the last forward dropped anything
+  bool forwarded_ = false;  // whether a forward (or fused_forward) has run
+  Shape shape_;             // shape of the last forward's input
   // Handle to x (or dy) when the last call was the identity. Kept apart from y_ so that y_'s
   // storage, which resize() reuses, never aliases the caller's tensor.
   Tensor<T> passthrough_;

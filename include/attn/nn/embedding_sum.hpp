@@ -47,7 +47,8 @@ class EmbeddingSum {
   }
 
   /// The learned positions, or nullptr with sinusoidal ones.
-  LearnedPositionalEmbedding<T>* learned_positions() const { return learned_.get(); }
+  LearnedPositionalEmbedding<T>* learned_positions() { return learned_.get(); }
+  const LearnedPositionalEmbedding<T>* learned_positions() const { return learned_.get(); }
 
  private:
   Embedding<T>& embed_;

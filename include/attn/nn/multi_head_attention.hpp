@@ -21,12 +21,12 @@
 
 #include <cmath>
 #include <cstdint>
-#include <memory>
 
 #include "attn/kernels/attention.hpp"
 #include "attn/kernels/attention_naive.hpp"
 #include "attn/kernels/linear.hpp"
 #include "attn/mask.hpp"
+#include "attn/nn/dropout.hpp"
 #include "attn/nn/kv_cache.hpp"
 #include "attn/nn/linear.hpp"
 #include "attn/nn/module.hpp"
@@ -37,7 +37,6 @@ template <class T>
 class MultiHeadAttention : public Module<T> {
   // Declared before the parameters: the constructor validates the configuration first.
   Index d_, h_, k_;
-  double p_;
   bool fast_;
 
  public:
@@ -46,15 +45,15 @@ class MultiHeadAttention : public Module<T> {
       : d_(check_config(d_model, heads, attention_dropout)),
         h_(heads),
         k_(d_model / heads),
-        p_(attention_dropout),
         fast_(use_fast_kernel),
         out_proj(d_model, d_model),
-        state_(std::make_shared<RandomState>()) {
+        attention_drop_(attention_dropout) {
     in_proj_weight.allocate({3 * d_, d_});
     in_proj_bias.allocate({3 * d_});
     this->register_parameter("in_proj_weight", &in_proj_weight);
     this->register_parameter("in_proj_bias", &in_proj_bias);
     this->register_module("out_proj", &out_proj);
+    this->register_module("dropout", &attention_drop_);  // no parameters: draws the masks
   }
 
   /// Xavier uniform on the whole [3D, D] in_proj_weight and on out_proj.weight, zero biases:
@@ -248,19 +247,12 @@ class MultiHeadAttention : public Module<T> {
 
   Index d_model() const { return d_; }
   Index heads() const { return h_; }
-  double attention_dropout() const { return p_; }
+  double attention_dropout() const { return attention_drop_.p(); }
   bool uses_fast_kernel() const { return fast_; }
 
   Parameter<T> in_proj_weight;  // [3D, D] W^Q; W^K; W^V stacked on the leading axis
   Parameter<T> in_proj_bias;    // [3D]
   Linear<T> out_proj;           // W^O [D, D], bias [D]
-
- protected:
-  void on_random_state(const std::shared_ptr<RandomState>& state) override {
-    ATTN_CHECK(state != nullptr, ConfigError,
-               "MultiHeadAttention: set_random_state needs a state, got null");
-    state_ = state;
-  }
 
  private:
   enum class Mode { None, Self, Cross, Step };
@@ -278,10 +270,11 @@ class MultiHeadAttention : public Module<T> {
   ConstMatrixRef<T> w_q() const { return in_proj_weight.value.matrix().topRows(d_); }
   ConstMatrixRef<T> w_kv() const { return in_proj_weight.value.matrix().bottomRows(2 * d_); }
 
-  /// The dropout of this training forward: a fresh key, remembered for backward.
+  /// The dropout of this forward's probabilities [B, H, T, S] (shape_): in training a fresh
+  /// key, remembered for backward; p = 0 otherwise.
   DropoutMask begin_dropout() {
-    dropout_ = {};
-    if (this->is_training() && p_ > 0.0) dropout_ = {p_, state_->next_key()};
+    dropout_ = attention_drop_.fused_forward(
+        Shape{shape_.batch, shape_.heads, shape_.queries, shape_.keys});
     return dropout_;
   }
 
@@ -331,7 +324,7 @@ class MultiHeadAttention : public Module<T> {
   bool keep_weights_ = false;
   bool weights_current_ = false;  // weights_ holds a forward's since keep_attention_weights(true)
   Mode mode_ = Mode::None;
-  std::shared_ptr<RandomState> state_;
+  Dropout<T> attention_drop_;        // the probabilities' dropout (applied inside the kernel)
   DropoutMask dropout_;              // p and key of the last forward, kept for backward
   kernels::AttentionShape shape_{};  // [B, H, T, S, K] of the last forward
   AttentionMask<T> mask_;            // copy of the last forward's mask, kept for backward
