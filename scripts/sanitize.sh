@@ -52,7 +52,7 @@ if [ "$which" = tsan ] || [ "$which" = all ]; then
     -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" >/dev/null
   cmake --build build-tsan -j"$jobs" --target test_gemm test_gemm_packed test_gemm_kept_b test_attention_kernels \
-    test_parallel test_training translate_test_pipeline attn-translate
+    test_parallel test_training test_training_recovery translate_test_pipeline attn-translate
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1
   ctest --test-dir build-tsan --output-on-failure --no-tests=error -j1 --timeout 3000 \
     -R 'Gemm|Attention|StealingLoop|Training|Resume|Pipeline|Reliability|StopSignal|TrainState' || status=1

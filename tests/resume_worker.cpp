@@ -1,7 +1,8 @@
-// A fresh process for test_training's resume test: loads a training checkpoint, takes `steps` more
-// updates on the task's data stream (batch k for update k + 1, as the test's uninterrupted run) and
-// saves the final parameters. Nothing is shared with the process that wrote the checkpoint but the
-// file, so a bitwise match proves the checkpoint holds the whole training state.
+// A fresh process for test_training_recovery's resume test: loads a training checkpoint, takes
+// `steps` more updates on the task's data stream (batch k for update k + 1, as the test's
+// uninterrupted run) and saves the final parameters. Nothing is shared with the process that wrote
+// the checkpoint but the file, so a bitwise match proves the checkpoint holds the whole training
+// state.
 //
 //   resume_worker <checkpoint in> <model out> <steps> <vocab> <dropout> <stream seed> <batch>
 #include <attn/train/checkpoint.hpp>

@@ -1,6 +1,6 @@
-// The synthetic task and training step shared by test_training.cpp and resume_worker.cpp: the
-// worker must see exactly the data stream and update the test's uninterrupted run sees, so both
-// take them from here.
+// The synthetic task and training step shared by test_training.cpp, test_training_recovery.cpp
+// and resume_worker.cpp: the worker must see exactly the data stream and update the test's
+// uninterrupted run sees, so both take them from here.
 //
 // Task: a random sentence of ids 4..V-1 (0 pad, 2 BOS, 3 EOS), target = the sentence reversed.
 // Batch `k` of a stream is a pure function of (seed, k), so a resumed run draws the same batches
