@@ -92,7 +92,7 @@ TEST_F(HostileFiles, AModelWhoseActivationsOverflowIsRefusedWhileTranslating) {
 }
 
 // A newest checkpoint that resumed and then failed, or went on wrong, is skipped for the next
-// older one, named with the reason (the fallback of test_reliability.cpp's
+// older one, named with the reason (the fallback of test_reliability_interrupts.cpp's
 // ResumeFallsBackToTheNewestCheckpointThatLoads): Adam moments that are not finite (the first
 // update wrote NaN weights into the next checkpoint), a second moment below zero, a step count that
 // overflowed at the next update (undefined behaviour), and a learning-rate factor of 0 (the first
