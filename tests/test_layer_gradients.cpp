@@ -3,6 +3,7 @@
 // every dropout on and target key padding (post- and pre-norm), and the post-norm Encoder and
 // Decoder stacks with and without their optional final LayerNorm, whose parameters must then be
 // listed and checked. Each on the naive and the fast attention kernel, on one thread.
+#include "encoder_decoder_testing.hpp"
 #include "error_helpers.hpp"
 #include "golden/golden.hpp"
 #include "gradcheck.hpp"
@@ -16,30 +17,13 @@ namespace attn {
 namespace {
 
 using testing::contains;
+using testing::D;
+using testing::H;
 using testing::randn;
+using testing::randomize;
+using testing::tiny;
 
-constexpr Index D = 8, H = 2, F = 12;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-LayerOptions tiny(bool norm_first, bool fast, double dropout = 0.0) {
-  LayerOptions o;
-  o.d_model = D;
-  o.heads = H;
-  o.d_ff = F;
-  o.dropout = dropout;
-  o.attention_dropout = dropout / 2;
-  o.relu_dropout = dropout / 2;
-  o.norm_first = norm_first;
-  o.use_fast_kernel = fast;
-  return o;
-}
-
-/// Every parameter, LayerNorms and biases included, from N(0, 0.5^2): no symmetric or zero
-/// initial values that could hide a wrong gradient.
-void randomize(Module<double>& m, std::uint64_t seed) {
-  Rng rng(seed);
-  for (auto& p : m.parameters()) fill_normal(p.value, rng, 0.0, 0.5);
-}
 
 /// A [T, S] additive mask of N(0, 1) biases with -infinity at about one key in five, and every
 /// key of query `blocked_row` blocked (none when -1): that query's attention output is zero and
