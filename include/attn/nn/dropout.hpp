@@ -43,10 +43,12 @@ class Dropout : public Module<T> {
     active_ = this->is_training() && p_ > 0.0;
     shape_ = shape;
     forwarded_ = true;
-    if (!active_) return {};
-    key_ = state_->next_key();
-    return {p_, key_};
+    if (active_) key_ = state_->next_key();
+    return mask();
   }
+
+  /// The last forward's mask: its p and key when it dropped elements, else p = 0 (none).
+  DropoutMask mask() const { return active_ ? DropoutMask{p_, key_} : DropoutMask{}; }
 
   /// dy [...] -> dx [...], with the mask of the last forward (a handle to dy when it was the
   /// identity).

@@ -271,11 +271,10 @@ class MultiHeadAttention : public Module<T> {
   ConstMatrixRef<T> w_kv() const { return in_proj_weight.value.matrix().bottomRows(2 * d_); }
 
   /// The dropout of this forward's probabilities [B, H, T, S] (shape_): in training a fresh
-  /// key, remembered for backward; p = 0 otherwise.
+  /// key, which attention_drop_.mask() keeps for backward; p = 0 otherwise.
   DropoutMask begin_dropout() {
-    dropout_ = attention_drop_.fused_forward(
+    return attention_drop_.fused_forward(
         Shape{shape_.batch, shape_.heads, shape_.queries, shape_.keys});
-    return dropout_;
   }
 
   /// Q, K, V as the column blocks [0, D), [D, 2D), [2D, 3D) of one [B*L, 3D] projection.
@@ -315,17 +314,17 @@ class MultiHeadAttention : public Module<T> {
     const T scale = T(1) / std::sqrt(T(k_));
     if (fast_)
       kernels::attention_backward<T>(grads, dout.data(), d_, in, attn_.data(), d_, lse_.data(),
-                                     shape_, mask_, scale, dropout_);
+                                     shape_, mask_, scale, attention_drop_.mask());
     else
       kernels::attention_backward_naive<T>(grads, dout.data(), d_, in, attn_.data(), d_,
-                                           lse_.data(), shape_, mask_, scale, dropout_);
+                                           lse_.data(), shape_, mask_, scale,
+                                           attention_drop_.mask());
   }
 
   bool keep_weights_ = false;
   bool weights_current_ = false;  // weights_ holds a forward's since keep_attention_weights(true)
   Mode mode_ = Mode::None;
   Dropout<T> attention_drop_;        // the probabilities' dropout (applied inside the kernel)
-  DropoutMask dropout_;              // p and key of the last forward, kept for backward
   kernels::AttentionShape shape_{};  // [B, H, T, S, K] of the last forward
   AttentionMask<T> mask_;            // copy of the last forward's mask, kept for backward
   Tensor<T> x_;                      // [B, T, D] query input handle, kept for dW_in
