@@ -165,6 +165,17 @@ bool same_bits(const Tensor<T>& a, const Tensor<T>& b, Index cols = -1) {
   return true;
 }
 
+/// Expects two runs' outputs to hold the same bits, on the columns [0, hk) the heads fill.
+template <class T>
+void expect_same_bits(const Result<T>& a, const Result<T>& b, Index hk) {
+  EXPECT_TRUE(same_bits(a.out, b.out, hk)) << "out";
+  EXPECT_TRUE(same_bits(a.lse, b.lse)) << "lse";
+  EXPECT_TRUE(same_bits(a.weights, b.weights)) << "weights";
+  EXPECT_TRUE(same_bits(a.dq, b.dq, hk)) << "dq";
+  EXPECT_TRUE(same_bits(a.dk, b.dk, hk)) << "dk";
+  EXPECT_TRUE(same_bits(a.dv, b.dv, hk)) << "dv";
+}
+
 /// Sets the GEMM path for its lifetime, then back to automatic (also when an ASSERT returns).
 struct GemmPathScope {
   explicit GemmPathScope(kernels::GemmPath path) { kernels::set_gemm_path(path); }

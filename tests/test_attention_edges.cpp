@@ -66,12 +66,7 @@ TEST(AttentionKernels, DoubleFastKernelOnTwoThreadsHasOneThreadsBitsAndMatchesNa
         const Result<double> two = run(pb, true, true, true);
         const Result<double> naive = run(pb, false, true, true);
         const Index hk = c.H * c.K;
-        EXPECT_TRUE(same_bits(one.out, two.out, hk));
-        EXPECT_TRUE(same_bits(one.lse, two.lse));
-        EXPECT_TRUE(same_bits(one.weights, two.weights));
-        EXPECT_TRUE(same_bits(one.dq, two.dq, hk));
-        EXPECT_TRUE(same_bits(one.dk, two.dk, hk));
-        EXPECT_TRUE(same_bits(one.dv, two.dv, hk));
+        expect_same_bits(one, two, hk);
         expect_fast_matches_naive(naive, two, hk, 1e-12);
       }
   }

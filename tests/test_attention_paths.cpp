@@ -95,12 +95,7 @@ TEST(AttentionKernels, RegisterTilesGiveTheBitsOfThePackedPath) {
         const Result<float> packed = run_on(kernels::GemmPath::avx2, 0, 0);
         const Result<float> naive = run(pb, false, true, true);
         const Index hk = c.H * c.K;
-        EXPECT_TRUE(same_bits(packed.out, tiles.out, hk));
-        EXPECT_TRUE(same_bits(packed.lse, tiles.lse));
-        EXPECT_TRUE(same_bits(packed.weights, tiles.weights));
-        EXPECT_TRUE(same_bits(packed.dq, tiles.dq, hk));
-        EXPECT_TRUE(same_bits(packed.dk, tiles.dk, hk));
-        EXPECT_TRUE(same_bits(packed.dv, tiles.dv, hk));
+        expect_same_bits(packed, tiles, hk);
         for (const auto& [want, got] : {std::pair{&naive.out, &tiles.out},
                                         {&naive.dq, &tiles.dq},
                                         {&naive.dk, &tiles.dk},
