@@ -4,10 +4,13 @@
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
+#include <exception>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 
 #include <attn/error.hpp>
@@ -288,6 +291,37 @@ std::vector<TokenId> SubwordVocab::encode(std::string_view text) const {
   const auto status = impl_->sp.Encode(text, &ids);
   ATTN_CHECK(status.ok(), DataError, "cannot encode '", text, "': ", status.ToString());
   return {ids.begin(), ids.end()};
+}
+
+std::vector<TokenId> SubwordVocab::sample_encode(std::string_view text, double dropout) const {
+  ATTN_CHECK(dropout >= 0 && dropout < 1, ConfigError, "BPE-dropout must be in [0, 1), got ",
+             dropout);
+  if (dropout == 0) return encode(text);
+  std::vector<int> ids;
+  // nbest_size is ignored for BPE models; alpha is the probability of dropping a merge.
+  const auto status = impl_->sp.SampleEncode(text, -1, static_cast<float>(dropout), &ids);
+  ATTN_CHECK(status.ok(), DataError, "cannot encode '", text, "': ", status.ToString());
+  return {ids.begin(), ids.end()};
+}
+
+void SubwordVocab::with_sampling_seed(std::uint64_t seed, const std::function<void()>& encode_all) {
+  // sentencepiece takes its default seed, ~0u, as "draw one from std::random_device".
+  constexpr std::uint32_t kRandomDevice = ~std::uint32_t{0};
+  std::uint32_t seed32 = static_cast<std::uint32_t>(seed ^ (seed >> 32));
+  if (seed32 == kRandomDevice) seed32 = 0;
+  static std::mutex one_at_a_time;
+  const std::lock_guard<std::mutex> lock(one_at_a_time);
+  sentencepiece::SetRandomGeneratorSeed(seed32);
+  std::exception_ptr failure;
+  std::thread worker([&] {
+    try {
+      encode_all();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  worker.join();
+  if (failure) std::rethrow_exception(failure);
 }
 
 std::vector<TokenId> encode_source(const SubwordVocab& vocab, std::string_view line, Index max_len,

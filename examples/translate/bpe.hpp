@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -63,6 +64,17 @@ class SubwordVocab {
   ~SubwordVocab();
 
   std::vector<TokenId> encode(std::string_view text) const;
+  /// BPE-dropout (Provilkov et al., 2020, "BPE-Dropout: Simple and Effective Subword
+  /// Regularization"): `text` encoded with each merge skipped with probability `dropout`, so that
+  /// a word may come out in smaller pieces; decode() still gives `text`. 0 is encode(); `dropout`
+  /// must be in [0, 1) (ConfigError). The draws come from sentencepiece's generator of the calling
+  /// thread: inside with_sampling_seed they are a function of its seed alone.
+  std::vector<TokenId> sample_encode(std::string_view text, double dropout) const;
+  /// Runs `encode_all` in a new thread and waits for it, rethrowing what it throws. sentencepiece
+  /// seeds each thread's generator from a process-wide seed when the thread first draws, so the
+  /// sample_encode calls of `encode_all`, in a fixed order, give the same pieces for the same
+  /// `seed` on every run and every rank. One such run at a time in the process (a lock).
+  static void with_sampling_seed(std::uint64_t seed, const std::function<void()>& encode_all);
   /// Pad, bos and eos decode to nothing; ids outside the vocabulary throw IndexError.
   std::string decode(const std::vector<TokenId>& ids) const;
   /// The subword strings of `ids` (for attention plots).

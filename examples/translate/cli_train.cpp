@@ -106,6 +106,12 @@ void add_optimisation_flags(CLI::App* train, TrainCommand& c) {
       ->capture_default_str();
   train->add_option("--max-len", t.max_len, "subword tokens per side (longer pairs skipped)")
       ->capture_default_str();
+  train
+      ->add_option("--bpe-dropout", t.bpe_dropout,
+                   "BPE-dropout: encode each epoch's training pairs afresh, each merge skipped "
+                   "with this probability, so that words also come in smaller pieces (0: off; "
+                   "0.1 in the paper)")
+      ->capture_default_str();
 }
 
 // How long training runs, and what it leaves in --model-dir.

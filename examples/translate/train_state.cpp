@@ -161,11 +161,11 @@ void check_data_fingerprint(const Metadata& m, const std::string& file, std::uin
 }
 
 DataPosition restore_data_position(const Metadata& m, const std::string& file,
-                                   std::size_t batches_per_epoch) {
+                                   const std::function<std::size_t(std::uint64_t)>& batches_in) {
   DataPosition p;
   p.epoch = parse_number_or_throw<std::uint64_t>(metadata_value(m, "data.epoch", file), file,
                                                  "metadata data.epoch");
-  p.batch = bounded<std::size_t>(m, "data.batch", file, 0, batches_per_epoch);
+  p.batch = bounded<std::size_t>(m, "data.batch", file, 0, batches_in(p.epoch));
   return p;
 }
 

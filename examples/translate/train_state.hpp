@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,9 +45,10 @@ struct DataPosition {
   std::size_t batch = 0;
 };
 void store_data_position(const DataPosition& position, Metadata& m);
-/// FormatError unless data.epoch and data.batch are integers and batch <= `batches_per_epoch`.
+/// FormatError unless data.epoch and data.batch are integers and batch <= batches_in(epoch), the
+/// number of batches of that epoch (called once, after data.epoch is read).
 DataPosition restore_data_position(const Metadata& m, const std::string& file,
-                                   std::size_t batches_per_epoch);
+                                   const std::function<std::size_t(std::uint64_t)>& batches_in);
 
 /// The log window (train_report.hpp) as log.loss_sum (17 digits) and log.updates, so that a run
 /// resumed between log points logs what an uninterrupted one would; without them (checkpoints

@@ -45,12 +45,8 @@ std::map<std::string, std::string> Trainer::metadata() const {
 }
 
 const Batch& Trainer::next_batch() {
-  if (batch_index_ >= order_.size()) {
-    ++epoch_;
-    batch_index_ = 0;
-    order_ = train_batches_->epoch_order(opt_.seed, epoch_);
-  }
-  return train_batches_->batches()[order_[batch_index_++]];
+  if (batch_index_ >= order_.size()) start_epoch(epoch_ + 1);
+  return epoch_batches().batches()[order_[batch_index_++]];
 }
 
 double Trainer::update() {

@@ -33,6 +33,8 @@ class Replicas;  // distributed.hpp
 
 /// The most target tokens a batch (--max-tokens) or an update (--tokens-per-update) may hold.
 inline constexpr Index kMaxBatchTokens = Index(1) << 40;
+/// The largest --bpe-dropout: at 1 no merge is made and every word is spelled out in characters.
+inline constexpr double kMaxBpeDropout = 0.99;
 
 struct TrainOptions {
   std::string model_dir;
@@ -53,11 +55,12 @@ struct TrainOptions {
   Index max_tokens = 4096;  ///< per batch
   Index tokens_per_update = 0;  ///< accumulate batches until this many target tokens; 0: one
   int vocab_size = 8000;
-  Index max_len = 128;            ///< subword tokens per side; longer training pairs are skipped
-  Index steps = 0;                ///< stop after this many updates; 0: no limit
-  double minutes = 0;             ///< stop after this wall time; 0: no limit
-  Index valid_every = 1000;       ///< 0: only at the end
-  bool evaluate = true;           ///< false: no validation and no test BLEU at all (timing runs)
+  Index max_len = 128;       ///< subword tokens per side; longer training pairs are skipped
+  double bpe_dropout = 0;    ///< each epoch's training pairs encoded with merges dropped; 0: off
+  Index steps = 0;           ///< stop after this many updates; 0: no limit
+  double minutes = 0;        ///< stop after this wall time; 0: no limit
+  Index valid_every = 1000;  ///< 0: only at the end
+  bool evaluate = true;      ///< false: no validation and no test BLEU at all (timing runs)
   Index checkpoint_every = 1000;  ///< 0: only at the end
   int keep = 5;                   ///< training checkpoints kept on disk
   int average = 0;                ///< average the last N checkpoints into model.safetensors
@@ -102,6 +105,7 @@ struct TrainOptions {
     // failed in noam_lr without naming the file.
     f("train.lr_factor", o.lr_factor, true, std::numeric_limits<double>::min(), kHuge);
     f("train.clip_norm", o.clip_norm, false, 0.0, kHuge);
+    f("train.bpe_dropout", o.bpe_dropout, false, 0.0, kMaxBpeDropout);
     f("train.cooldown", o.cooldown, false, Index(0), kMaxIndex);
     f("train.cooldown_end", o.cooldown_end, false, Index(0), kMaxIndex);
     f("train.max_tokens", o.max_tokens, true, Index(1), kMaxBatchTokens);
@@ -153,6 +157,10 @@ class Trainer {
   const TrainOptions& options() const { return opt_; }
   const CorpusSplit& data() const { return data_; }
   const std::vector<CurvePoint>& curves() const { return curves_; }
+  /// The data position: the epoch under way, and its batches (with --bpe-dropout its own, else
+  /// the same every epoch).
+  std::uint64_t epoch() const { return epoch_; }
+  const Batcher& epoch_batches() const;
   /// Training pairs left out because a side is longer than max_len subword tokens.
   std::size_t skipped_pairs() const;
   /// The global gradient norm of the last update, before clipping (NaN before the first).
@@ -173,6 +181,10 @@ class Trainer {
   void resume_newest_loadable(const TrainOptions& given);
   void set_aside_skipped_checkpoints();  // rank 0, once the ranks agreed (start)
   std::map<std::string, std::string> metadata() const;
+  BatchingOptions batching_options() const;
+  // Moves the data position to the start of `epoch`: with --bpe-dropout, the epoch's own batches,
+  // its training pairs encoded afresh with draws from (seed, epoch); returns its batch count.
+  std::size_t start_epoch(std::uint64_t epoch);
   const Batch& next_batch();
   double update();  // one optimiser step; returns its mean smoothed loss
   // The progress line after an update; at a log point also a curve point, and a new window.
@@ -194,6 +206,7 @@ class Trainer {
   std::unique_ptr<Adam<float>> adam_;
   std::unique_ptr<LabelSmoothedCrossEntropy<float>> loss_;
   std::unique_ptr<Batcher> train_batches_, valid_batches_;
+  std::unique_ptr<Batcher> sampled_batches_;  // epoch_'s, under --bpe-dropout (else null)
   std::uint64_t data_fingerprint_ = 0;  // of train_batches_ (checkpoints store it, --resume checks)
   std::vector<std::vector<TokenId>> valid_src_ids_;
   std::uint64_t epoch_ = 0;  // data position: epoch and index into its batch order
@@ -219,8 +232,10 @@ class Trainer {
 TransformerConfig make_config(const TrainOptions& options, Index vocab);
 
 /// Tokenizes parallel text into pairs for the Batcher; a pair with a side of more bytes than
-/// max_len tokens can hold is marked overlong, not encoded.
+/// max_len tokens can hold is marked overlong, not encoded. With `bpe_dropout` > 0, each side is
+/// encoded by SubwordVocab::sample_encode, its draws a function of `seed` alone.
 std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const ParallelCorpus& corpus,
-                                          Index max_len);
+                                          Index max_len, double bpe_dropout = 0,
+                                          std::uint64_t seed = 0);
 
 }  // namespace attn::translate

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include <attn/parallel.hpp>
+#include <attn/random.hpp>  // mix64
 #include <attn/strict_number.hpp>
 #include <attn/train/atomic_file.hpp>
 #include <attn/train/checkpoint.hpp>
@@ -193,15 +194,21 @@ void TrainOptions::validate() const {
 }
 
 std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const ParallelCorpus& c,
-                                          Index max_len) {
+                                          Index max_len, double bpe_dropout, std::uint64_t seed) {
   std::vector<TokenizedPair> pairs(c.size());
-  for (std::size_t i = 0; i < c.size(); ++i) {
-    pairs[i].overlong =
-        too_long_to_encode(c.src[i], max_len) || too_long_to_encode(c.tgt[i], max_len);
-    if (pairs[i].overlong) continue;
-    pairs[i].src = vocab.encode(c.src[i]);
-    pairs[i].tgt = vocab.encode(c.tgt[i]);
-  }
+  const auto encode_all = [&] {
+    for (std::size_t i = 0; i < c.size(); ++i) {
+      pairs[i].overlong =
+          too_long_to_encode(c.src[i], max_len) || too_long_to_encode(c.tgt[i], max_len);
+      if (pairs[i].overlong) continue;
+      pairs[i].src = vocab.sample_encode(c.src[i], bpe_dropout);
+      pairs[i].tgt = vocab.sample_encode(c.tgt[i], bpe_dropout);
+    }
+  };
+  if (bpe_dropout == 0)
+    encode_all();
+  else
+    SubwordVocab::with_sampling_seed(seed, encode_all);
   return pairs;
 }
 
@@ -225,7 +232,7 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
   } else {
     opt_.cooldown_end = opt_.cooldown > 0 ? opt_.steps : 0;
     build(make_config(opt_, vocab_.size()));
-    order_ = train_batches_->epoch_order(opt_.seed, epoch_);
+    start_epoch(0);
   }
   // Here, not in build(): on --resume, after the checkpoint's data fingerprint was matched, so
   // that other data is named as such, not as a checkpoint that does not load.
@@ -300,7 +307,9 @@ void Trainer::resume_from(const std::string& path) {
   build(config);
   // Everything the metadata holds is checked before the weights are loaded.
   check_data_fingerprint(meta, path, data_fingerprint_);
-  const DataPosition position = restore_data_position(meta, path, train_batches_->batches().size());
+  // The checkpoint's epoch is started here, so that data.batch is checked against its batches.
+  const DataPosition position =
+      restore_data_position(meta, path, [this](std::uint64_t e) { return start_epoch(e); });
   curves_ = restore_curves(meta, path);
   const LogWindowState log_window =
       restore_log_window(meta, path, static_cast<Index>(detail::kMaxCheckpointSteps));
@@ -312,16 +321,12 @@ void Trainer::resume_from(const std::string& path) {
              FormatError, path, ": metadata train.cooldown ", opt_.cooldown,
              " and train.cooldown_end ", opt_.cooldown_end, " at step ", step(),
              " are not a schedule a run saves");
-  epoch_ = position.epoch;
   batch_index_ = position.batch;
   log_window_ = log_window;
   resume_step_ = is_resume_point(meta) ? step() : -1;
-  order_ = train_batches_->epoch_order(opt_.seed, epoch_);
 }
 
-void Trainer::build(const TransformerConfig& config) {
-  // opt_ is within its ranges: validate() checked the given options, restore_options a
-  // checkpoint's.
+BatchingOptions Trainer::batching_options() const {
   BatchingOptions b;
   b.max_tokens = opt_.max_tokens;
   b.max_len = opt_.max_len;
@@ -329,6 +334,36 @@ void Trainer::build(const TransformerConfig& config) {
   b.pad_id = SubwordVocab::kPad;
   b.bos_id = SubwordVocab::kBos;
   b.eos_id = SubwordVocab::kEos;
+  return b;
+}
+
+std::size_t Trainer::start_epoch(std::uint64_t epoch) {
+  epoch_ = epoch;
+  batch_index_ = 0;
+  if (opt_.bpe_dropout > 0) {
+    const std::uint64_t seed = mix64(mix64(opt_.seed) ^ mix64(epoch + 0x5bd1e995ULL));
+    sampled_batches_ = std::make_unique<Batcher>(
+        tokenize_pairs(vocab_, data_.train, opt_.max_len, opt_.bpe_dropout, seed),
+        batching_options());
+    // Smaller pieces make longer pairs: a corpus near max_len can lose every pair of an epoch.
+    ATTN_CHECK(sampled_batches_->size() > 0, DataError, "train: under --bpe-dropout ",
+               opt_.bpe_dropout, " every one of the ", data_.train.size(),
+               " training pairs of epoch ", epoch, " is longer than max_len ", opt_.max_len,
+               " subword tokens");
+  }
+  order_ = epoch_batches().epoch_order(opt_.seed, epoch_);
+  return order_.size();
+}
+
+const Batcher& Trainer::epoch_batches() const {
+  return sampled_batches_ ? *sampled_batches_ : *train_batches_;
+}
+
+void Trainer::build(const TransformerConfig& config) {
+  // opt_ is within its ranges: validate() checked the given options, restore_options a
+  // checkpoint's.
+  const BatchingOptions b = batching_options();
+  // Without BPE-dropout the batches of every epoch; with it, what identifies the data.
   train_batches_ = std::make_unique<Batcher>(tokenize_pairs(vocab_, data_.train, b.max_len), b);
   data_fingerprint_ = fingerprint(*train_batches_);
   ATTN_CHECK(train_batches_->size() > 0, DataError, "train: every one of the ", data_.train.size(),
@@ -336,6 +371,7 @@ void Trainer::build(const TransformerConfig& config) {
   if (train_batches_->skipped() > 0 && !opt_.quiet)
     std::cerr << "train: left out " << train_batches_->skipped() << " of " << data_.train.size()
               << " training pairs longer than max_len " << opt_.max_len << " subword tokens\n";
+  sampled_batches_.reset();
   valid_batches_.reset();
   valid_src_ids_.clear();
   if (!data_.valid.empty()) {

@@ -100,6 +100,7 @@ std::map<std::string, std::string> train_defaults() {
           {"--tokens-per-update", str(o.tokens_per_update)},
           {"--vocab-size", str(o.vocab_size)},
           {"--max-len", str(o.max_len)},
+          {"--bpe-dropout", str(o.bpe_dropout)},
           {"--steps", str(o.steps)},
           {"--minutes", str(o.minutes)},
           {"--valid-every", str(o.valid_every)},

@@ -127,6 +127,8 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
        "length, where the learning rate reaches zero), got --steps 0"},
       {"--cooldown 10 --steps 9", "--cooldown 10 needs --steps of at least as many updates"},
       {"--max-len 1", "--max-len must be in [2, 65536], got 1"},
+      {"--bpe-dropout 1", "--bpe-dropout must be in [0, 0.99], got 1"},
+      {"--bpe-dropout nan", "--bpe-dropout must be in [0, 0.99], got nan"},
       // Found only after the vocabulary was trained.
       {"--max-tokens 1", "--max-tokens 1 must be at least --max-len 128 so that a pair"},
       // Out of 64 bits: CLI11 clamped them (and wrapped -1 to 2^64 - 1) without a word.
@@ -183,6 +185,7 @@ TEST_F(HostilePaths, ATrainerRefusesBadOptionsWithTheFlagsMessage) {
       {"--minutes nan", [](tr::TrainOptions& o) { o.minutes = std::nan(""); }},
       {"--steps -1", [](tr::TrainOptions& o) { o.steps = -1; }},
       {"--max-len 1", [](tr::TrainOptions& o) { o.max_len = 1; }},
+      {"--bpe-dropout -0.1", [](tr::TrainOptions& o) { o.bpe_dropout = -0.1; }},
       {"--tokens-per-update -1", [](tr::TrainOptions& o) { o.tokens_per_update = -1; }},
       {"--cooldown 10", [](tr::TrainOptions& o) { o.cooldown = 10; }},
       {"--lr-factor 0", [](tr::TrainOptions& o) { o.lr_factor = 0; }},

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -24,44 +23,6 @@
 
 using attn::Index;
 using namespace attn::translate::testing;
-
-namespace {
-
-void expect_same_parameters(attn::Transformer<float>& a, attn::Transformer<float>& b) {
-  const auto pa = a.parameters(), pb = b.parameters();
-  ASSERT_EQ(pa.size(), pb.size());
-  for (std::size_t k = 0; k < pa.size(); ++k) {
-    ASSERT_EQ(pa[k].name, pb[k].name);
-    ASSERT_EQ(pa[k].value.numel(), pb[k].value.numel());
-    for (Index i = 0; i < pa[k].value.numel(); ++i)
-      ASSERT_EQ(pa[k].value.data()[i], pb[k].value.data()[i]) << pa[k].name << " element " << i;
-  }
-}
-
-bool same_parameters(attn::Transformer<float>& a, attn::Transformer<float>& b) {
-  const auto pa = a.parameters(), pb = b.parameters();
-  for (std::size_t k = 0; k < pa.size(); ++k)
-    if (pa[k].value.vector() != pb[k].value.vector()) return false;
-  return true;
-}
-
-// Two checkpoint files hold the same tensors (weights, Adam moments, RNG state) bit for bit and
-// the same metadata (configuration, training options, data position, loss curves).
-void expect_same_checkpoint(const std::string& a, const std::string& b) {
-  const auto fa = attn::load_safetensors(a), fb = attn::load_safetensors(b);
-  EXPECT_EQ(fa.metadata(), fb.metadata());
-  ASSERT_EQ(fa.names(), fb.names());
-  for (const std::string& name : fa.names()) {
-    const auto& ia = fa.info(name);
-    const auto& ib = fb.info(name);
-    ASSERT_EQ(ia.dtype, ib.dtype) << name;
-    ASSERT_EQ(ia.shape, ib.shape) << name;
-    ASSERT_EQ(ia.end - ia.begin, ib.end - ib.begin) << name;
-    EXPECT_EQ(std::memcmp(fa.bytes(name), fb.bytes(name), ia.end - ia.begin), 0) << name;
-  }
-}
-
-}  // namespace
 
 TEST_F(Pipeline, ResumeContinuesBitExactly) {
   const std::string a = path("a"), b = path("b");

@@ -141,6 +141,7 @@ TEST_F(Reliability, MalformedTrainingStateNamesFileAndKey) {
       {"train.warmup", "4000.5", "metadata train.warmup = \"4000.5\" is not a decimal integer"},
       {"train.max_tokens", "1e300", "train.max_tokens = \"1e300\" is not a decimal integer"},
       {"train.label_smoothing", "1.5", "train.label_smoothing = 1.5 is outside [0, "},
+      {"train.bpe_dropout", "1", "train.bpe_dropout = 1 is outside [0, 0.99]"},
       {"train.seed", "", "train.seed = \"\" is not"},
       {"curves", "4,1.5,nan", "curves does not end with ';'"},
       {"curves", "4,1.5;", "item \"4,1.5\" is not step,train_loss,valid_loss,valid_bleu"},
