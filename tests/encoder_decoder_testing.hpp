@@ -8,10 +8,10 @@
 
 #include <cstdint>
 
+#include "tiny_sizes.hpp"
+
 namespace attn {
 namespace testing {
-
-constexpr Index D = 8, H = 2, F = 12;
 
 inline LayerOptions tiny(bool norm_first, bool fast, double dropout = 0.0) {
   LayerOptions o;

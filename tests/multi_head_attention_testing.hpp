@@ -6,12 +6,12 @@
 #include <attn/random.hpp>
 
 #include <cstdint>
+
 #include <vector>
+#include "tiny_sizes.hpp"
 
 namespace attn {
 namespace testing {
-
-constexpr Index D = 8, H = 2;
 
 /// Xavier weights plus non-zero biases, so that every parameter matters.
 inline void init(MultiHeadAttention<double>& mha, std::uint64_t seed) {
