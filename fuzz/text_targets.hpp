@@ -99,7 +99,7 @@ inline TextOutcome run_train_state(const std::uint8_t* data, std::size_t size) {
     translate::TrainOptions o;
     translate::restore_options(o, m, "fuzz.safetensors");
     translate::restore_curves(m, "fuzz.safetensors");
-    translate::restore_data_position(m, "fuzz.safetensors", 1000);
+    translate::restore_data_position(m, "fuzz.safetensors", [](std::uint64_t) { return 1000; });
     translate::check_data_fingerprint(m, "fuzz.safetensors", kSeedDataFingerprint);
   });
 }

@@ -73,7 +73,10 @@ class SubwordVocab {
   /// Runs `encode_all` in a new thread and waits for it, rethrowing what it throws. sentencepiece
   /// seeds each thread's generator from a process-wide seed when the thread first draws, so the
   /// sample_encode calls of `encode_all`, in a fixed order, give the same pieces for the same
-  /// `seed` on every run and every rank. One such run at a time in the process (a lock).
+  /// `seed` on every run, and on every machine with the same sentencepiece and C++ library (its
+  /// draws go through std::uniform_real_distribution). One such run at a time in the process (a
+  /// lock: `encode_all` must not call it again). The seed stays set afterwards (sentencepiece has
+  /// no way back to its default), so later draws in new threads are not seeded at random.
   static void with_sampling_seed(std::uint64_t seed, const std::function<void()>& encode_all);
   /// Pad, bos and eos decode to nothing; ids outside the vocabulary throw IndexError.
   std::string decode(const std::vector<TokenId>& ids) const;

@@ -169,7 +169,9 @@ class MpiReplicas final : public Replicas {
     try {
       check_same_on_all_ranks(fingerprint(metadata),
                               "training options, model configuration or vocabulary");
-      check_same_on_all_ranks(batches, "training batches (the data files)");
+      check_same_on_all_ranks(batches,
+                              "training batches (the data files; under --bpe-dropout also the "
+                              "pieces drawn, which need the same sentencepiece library)");
       check_same_on_all_ranks(parameter_fingerprint(model.parameters()), "starting parameters");
     } catch (const ConfigError& e) {
       throw AgreedError(e.what());  // every rank saw the same fingerprints

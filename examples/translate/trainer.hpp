@@ -26,6 +26,7 @@
 #include "model_dir.hpp"
 #include "progress.hpp"
 #include "train_report.hpp"  // CurvePoint, LogWindowState
+#include "training_pairs.hpp"
 
 namespace attn::translate {
 
@@ -230,12 +231,5 @@ class Trainer {
 /// Builds a TransformerConfig from the preset name and overrides; ConfigError for an unknown
 /// preset.
 TransformerConfig make_config(const TrainOptions& options, Index vocab);
-
-/// Tokenizes parallel text into pairs for the Batcher; a pair with a side of more bytes than
-/// max_len tokens can hold is marked overlong, not encoded. With `bpe_dropout` > 0, each side is
-/// encoded by SubwordVocab::sample_encode, its draws a function of `seed` alone.
-std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const ParallelCorpus& corpus,
-                                          Index max_len, double bpe_dropout = 0,
-                                          std::uint64_t seed = 0);
 
 }  // namespace attn::translate

@@ -193,25 +193,6 @@ void TrainOptions::validate() const {
              " so that a pair of the longest allowed length fits in a batch");
 }
 
-std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const ParallelCorpus& c,
-                                          Index max_len, double bpe_dropout, std::uint64_t seed) {
-  std::vector<TokenizedPair> pairs(c.size());
-  const auto encode_all = [&] {
-    for (std::size_t i = 0; i < c.size(); ++i) {
-      pairs[i].overlong =
-          too_long_to_encode(c.src[i], max_len) || too_long_to_encode(c.tgt[i], max_len);
-      if (pairs[i].overlong) continue;
-      pairs[i].src = vocab.sample_encode(c.src[i], bpe_dropout);
-      pairs[i].tgt = vocab.sample_encode(c.tgt[i], bpe_dropout);
-    }
-  };
-  if (bpe_dropout == 0)
-    encode_all();
-  else
-    SubwordVocab::with_sampling_seed(seed, encode_all);
-  return pairs;
-}
-
 Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<Replicas> replicas)
     : opt_(checked(options)),
       data_(std::move(data)),
@@ -245,7 +226,12 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
                          : std::string("--tokens-per-update "),
              opt_.tokens_per_update, " is more than the ", epoch_tokens,
              " target tokens of all the training data: an update may take at most one epoch");
-  replicas_->start(*model_, data_fingerprint_, metadata());
+  // With --bpe-dropout the ranks also compare the pieces of the first epoch they train: each
+  // encodes it, and a machine with another sentencepiece or C++ library would draw others.
+  const std::uint64_t batches = sampled_batches_
+                                    ? mix64(data_fingerprint_) ^ fingerprint(*sampled_batches_)
+                                    : data_fingerprint_;
+  replicas_->start(*model_, batches, metadata());
   if (opt_.resume) set_aside_skipped_checkpoints();
 }
 
@@ -341,15 +327,12 @@ std::size_t Trainer::start_epoch(std::uint64_t epoch) {
   epoch_ = epoch;
   batch_index_ = 0;
   if (opt_.bpe_dropout > 0) {
-    const std::uint64_t seed = mix64(mix64(opt_.seed) ^ mix64(epoch + 0x5bd1e995ULL));
+    // Its own stream: not the key of the epoch's batch order (Batcher::epoch_order).
+    constexpr std::uint64_t kPiecesStream = 0x9e6c63d0676a9a99ULL;
+    const std::uint64_t seed = mix64(mix64(opt_.seed) ^ mix64(epoch ^ kPiecesStream));
     sampled_batches_ = std::make_unique<Batcher>(
         tokenize_pairs(vocab_, data_.train, opt_.max_len, opt_.bpe_dropout, seed),
         batching_options());
-    // Smaller pieces make longer pairs: a corpus near max_len can lose every pair of an epoch.
-    ATTN_CHECK(sampled_batches_->size() > 0, DataError, "train: under --bpe-dropout ",
-               opt_.bpe_dropout, " every one of the ", data_.train.size(),
-               " training pairs of epoch ", epoch, " is longer than max_len ", opt_.max_len,
-               " subword tokens");
   }
   order_ = epoch_batches().epoch_order(opt_.seed, epoch_);
   return order_.size();

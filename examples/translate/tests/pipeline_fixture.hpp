@@ -1,6 +1,7 @@
 // The Pipeline test suite of test_pipeline.cpp and test_pipeline_bad_input.cpp (one suite in two
 // files of one executable, hence one fixture type for both), the one-update model directory their
-// tests start from, and the comparisons of two trainers' weights and checkpoints.
+// tests start from, and the comparisons of two trainers' weights and checkpoints (which
+// test_bpe_dropout.cpp uses too).
 #pragma once
 
 #include <cstring>

@@ -4,6 +4,7 @@
 // in each epoch, validation untouched, and a resume that continues bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "bpe.hpp"
 #include "pipeline_fixture.hpp"
 #include "trainer.hpp"
+#include "training_pairs.hpp"
 #include "translate_fixture.hpp"
 
 using attn::Index;
@@ -44,12 +46,12 @@ bool same_pairs(const std::vector<tr::TokenizedPair>& a, const std::vector<tr::T
   return true;
 }
 
-// Every token of every batch, in the order the epoch visits them.
+// Every token of every batch of the epoch under way, in the batches' own order (not the order the
+// epoch visits them in, which differs from epoch to epoch anyway).
 std::vector<TokenId> epoch_tokens(const tr::Trainer& t) {
   std::vector<TokenId> out;
-  const tr::Batcher& b = t.epoch_batches();
-  for (const std::size_t i : b.epoch_order(t.options().seed, t.epoch()))
-    for (const attn::Tensor<TokenId>* ids : {&b.batches()[i].src, &b.batches()[i].tgt_out})
+  for (const tr::Batch& b : t.epoch_batches().batches())
+    for (const attn::Tensor<TokenId>* ids : {&b.src, &b.tgt_out})
       out.insert(out.end(), ids->data(), ids->data() + ids->numel());
   return out;
 }
@@ -60,13 +62,15 @@ TEST_F(BpeDropout, SmallerPiecesOfTheSameText) {
   const tr::SubwordVocab v = vocab();
   const tr::ParallelCorpus c = split().train;
   Index whole = 0, sampled = 0;
-  for (const std::string& s : c.src) {
-    EXPECT_EQ(v.sample_encode(s, 0), v.encode(s)) << s;
-    const std::vector<TokenId> ids = v.sample_encode(s, 0.5);
-    EXPECT_EQ(v.decode(ids), s);
-    whole += static_cast<Index>(v.encode(s).size());
-    sampled += static_cast<Index>(ids.size());
-  }
+  tr::SubwordVocab::with_sampling_seed(1, [&] {
+    for (const std::string& s : c.src) {
+      EXPECT_EQ(v.sample_encode(s, 0), v.encode(s)) << s;
+      const std::vector<TokenId> ids = v.sample_encode(s, 0.5);
+      EXPECT_EQ(v.decode(ids), s);
+      whole += static_cast<Index>(v.encode(s).size());
+      sampled += static_cast<Index>(ids.size());
+    }
+  });
   EXPECT_GT(sampled, whole + whole / 10) << "half the merges dropped, yet hardly more pieces";
   for (const double bad : {-0.1, 1.0, std::nan("")}) {
     const std::string msg = error_of<attn::ConfigError>([&] { v.sample_encode(c.src[0], bad); });
@@ -89,12 +93,49 @@ TEST_F(BpeDropout, TheSeedAloneDecidesThePieces) {
   EXPECT_TRUE(same_pairs(first, again));
   EXPECT_FALSE(same_pairs(first, other));
   EXPECT_TRUE(same_pairs(other, tr::tokenize_pairs(v, c, 32, 0.3, 8)));
+  // What encode_all throws in its thread reaches the caller.
+  EXPECT_THROW(tr::tokenize_pairs(v, c, 32, 1.0, 7), attn::ConfigError);
   // Pairs too long in bytes are still left unencoded.
   tr::ParallelCorpus long_pair = c;
   long_pair.src[3] = std::string(40 * 64, 'a');
   const auto marked = tr::tokenize_pairs(v, long_pair, 32, 0.3, 7);
   EXPECT_TRUE(marked[3].overlong);
   EXPECT_TRUE(marked[3].src.empty());
+}
+
+// A pair that sampling makes too long for max_len is taken whole: every epoch trains on the pairs
+// of the whole-word batches, and none is lost however close to max_len the corpus is.
+TEST_F(BpeDropout, APairTooLongInPiecesIsTakenWhole) {
+  const tr::SubwordVocab v = vocab();
+  const tr::ParallelCorpus c = split().train;
+  const auto whole = tr::tokenize_pairs(v, c, 32);
+  Index longest = 0;
+  for (const auto& p : whole)
+    longest = std::max({longest, Index(p.src.size()), Index(p.tgt.size()) + 1});
+  const auto sampled = tr::tokenize_pairs(v, c, longest, 0.5, 3);
+  int taken_whole = 0, sampled_pairs = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    EXPECT_LE(Index(sampled[i].src.size()), longest) << i;
+    EXPECT_LE(Index(sampled[i].tgt.size()) + 1, longest) << i;
+    const bool same = sampled[i].src == whole[i].src && sampled[i].tgt == whole[i].tgt;
+    taken_whole += same;
+    sampled_pairs += !same;
+  }
+  EXPECT_GT(taken_whole, 0);
+  EXPECT_GT(sampled_pairs, 0);
+}
+
+// Validation loss and BLEU are measured on whole words, with or without BPE-dropout.
+TEST_F(BpeDropout, ValidationIsEncodedWhole) {
+  tr::TrainOptions o = tiny_options(path("sampled"));
+  o.bpe_dropout = 0.3;
+  tr::TrainOptions plain = tiny_options(path("whole"));
+  tr::Trainer sampled(o, split()), whole(plain, split());
+  EXPECT_NE(epoch_tokens(sampled), epoch_tokens(whole));
+  const auto a = sampled.validate(), b = whole.validate();
+  EXPECT_EQ(a.loss.tokens, b.loss.tokens);
+  EXPECT_EQ(a.loss.mean_loss(), b.loss.mean_loss());
+  EXPECT_EQ(a.bleu.score, b.bleu.score);
 }
 
 TEST_F(BpeDropout, EachEpochHasItsOwnPiecesAndResumesExactly) {

@@ -158,6 +158,26 @@ TEST_F(Mpi, ResumeWithTheSameRanksIsBitExact) {
                read_file(b + "/checkpoint_4.safetensors"));
 }
 
+// Under --bpe-dropout every rank encodes each epoch's pairs itself: the ranks must draw the same
+// pieces (else their batches, and so their shares and token counts, would differ), and so must a
+// resumed job, in the middle of an epoch after the first.
+TEST_F(Mpi, RanksDrawTheSamePiecesUnderBpeDropout) {
+  const std::string flags = "--bpe-dropout 0.2";
+  const CliResult alone = train(0, path("one"), 9, flags, 0);
+  const CliResult job = train(2, path("two"), 9, flags, 0);
+  const auto loss_at_9 = [](const std::string& log) {
+    const auto at = log.find("step 9 | loss ");
+    return at == std::string::npos ? std::string("no step 9 line") : log.substr(at, 20);
+  };
+  EXPECT_EQ(loss_at_9(job.err), loss_at_9(alone.err)) << job.err;
+  const std::string a = path("a"), b = path("b");
+  // Epoch 1 begins at update 8 (BpeDropout.EachEpochHasItsOwnPiecesAndResumesExactly).
+  if (train(2, a, 9, flags, 0.1).exit_code != 0) return;
+  if (train(2, a, 11, flags + " --resume", 0.1).exit_code != 0) return;
+  if (train(2, b, 11, flags, 0.1).exit_code != 0) return;
+  expect_same_checkpoints(a, b, 11);
+}
+
 TEST_F(Mpi, SummingDuringBackwardGivesTheBitsOfSummingAfterItOnTwoRanks) {
   expect_overlap_changes_no_bit(2);
 }
