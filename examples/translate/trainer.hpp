@@ -203,6 +203,8 @@ class Trainer {
   ProgressLine progress_;
   Index fault_step_ = 0;  // ATTN_TRANSLATE_FAULT_STEP: a test's NaN loss in this update (0: none)
   Index fault_grad_step_ = 0;  // ATTN_TRANSLATE_FAULT_GRAD_STEP: a NaN gradient after its sums
+  Index fault_unreadable_step_ = 0;  // ATTN_TRANSLATE_FAULT_UNREADABLE_STEP: a checkpoint's read
+                                     // fails on this rank (0: none)
   std::unique_ptr<Transformer<float>> model_;
   std::unique_ptr<Adam<float>> adam_;
   std::unique_ptr<LabelSmoothedCrossEntropy<float>> loss_;

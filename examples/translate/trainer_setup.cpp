@@ -34,7 +34,9 @@ namespace {
 // The update a test makes fail (0: none, when `variable` is unset): ATTN_TRANSLATE_FAULT_STEP=N
 // fails this process's update N as a NaN loss would, naming the variable (how test_mpi.cpp fails
 // one rank of a job in the middle of an update); ATTN_TRANSLATE_FAULT_GRAD_STEP=N makes a gradient
-// NaN after update N's sums (on every rank that sets it).
+// NaN after update N's sums (on every rank that sets it); ATTN_TRANSLATE_FAULT_UNREADABLE_STEP=N
+// fails this process's read of checkpoint_N.safetensors on --resume, as a rank whose file system
+// cannot read it would.
 Index injected_fault_step(const char* variable) {
   const char* v = std::getenv(variable);
   return v ? parse_number_or_throw<Index>(v, "environment", variable) : 0;
@@ -201,7 +203,8 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
       vocab_(open_vocab(opt_, data_, *replicas_)),
       progress_(std::cerr, !opt_.quiet && ProgressLine::stderr_is_terminal()),
       fault_step_(injected_fault_step("ATTN_TRANSLATE_FAULT_STEP")),
-      fault_grad_step_(injected_fault_step("ATTN_TRANSLATE_FAULT_GRAD_STEP")) {
+      fault_grad_step_(injected_fault_step("ATTN_TRANSLATE_FAULT_GRAD_STEP")),
+      fault_unreadable_step_(injected_fault_step("ATTN_TRANSLATE_FAULT_UNREADABLE_STEP")) {
   set_num_threads(opt_.threads);
   if (opt_.resume) {
     resume_newest_loadable(options);
@@ -250,6 +253,9 @@ void Trainer::resume_newest_loadable(const TrainOptions& given) {
   for (auto it = ckpts.rbegin(); it != ckpts.rend(); ++it) {
     try {
       opt_ = given;
+      // (0: no fault; checkpoint_0, the untrained weights a signal can save, stays readable)
+      ATTN_CHECK(fault_unreadable_step_ == 0 || it->first != fault_unreadable_step_, IOError,
+                 it->second, ": cannot read it (made so by ATTN_TRANSLATE_FAULT_UNREADABLE_STEP)");
       resume_from(it->second);
     } catch (const OtherDataError&) {
       throw;  // the given data, not the checkpoint: an older one would not match either

@@ -178,6 +178,33 @@ TEST_F(Mpi, RanksDrawTheSamePiecesUnderBpeDropout) {
   expect_same_checkpoints(a, b, 11);
 }
 
+// A checkpoint that one rank alone cannot read (its file system, say; made so here by
+// ATTN_TRANSLATE_FAULT_UNREADABLE_STEP) makes that rank resume from an older one. The weights of
+// the ranks then differ and the job stops before its first update, but rank 0 must not set the
+// checkpoint aside even when it is the rank that could not read it: the file is sound, and a rerun
+// that can read it goes on from it.
+TEST_F(Mpi, ACheckpointOneRankCannotReadIsNotSetAside) {
+  const std::string bin = ATTN_TRANSLATE_BIN;
+  const std::string fault = "env ATTN_TRANSLATE_FAULT_UNREADABLE_STEP=4 ";
+  for (const int unreadable_on : {0, 1}) {
+    SCOPED_TRACE("unreadable on rank " + std::to_string(unreadable_on));
+    const std::string m = path("m" + std::to_string(unreadable_on));
+    if (train(2, m, 2, "", 0).exit_code != 0) return;
+    if (train(2, m, 4, "--resume", 0).exit_code != 0) return;
+    const std::string args = " train --model-dir " + m + " --steps 6 --resume " + common(0);
+    const CliResult r = mpirun("-n 1 " + (unreadable_on == 0 ? fault : "") + bin + args +
+                               " : -n 1 " + (unreadable_on == 1 ? fault : "") + bin + args);
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_TRUE(contains(r.err, "starting parameters")) << r.err;
+    EXPECT_FALSE(contains(r.err, "set aside")) << r.err;
+    const auto ckpts = tr::list_checkpoints(m);
+    ASSERT_FALSE(ckpts.empty());
+    EXPECT_EQ(ckpts.back().first, 4);
+    if (train(2, m, 6, "--resume", 0).exit_code != 0) return;
+    EXPECT_TRUE(fs::exists(m + "/checkpoint_6.safetensors"));
+  }
+}
+
 TEST_F(Mpi, SummingDuringBackwardGivesTheBitsOfSummingAfterItOnTwoRanks) {
   expect_overlap_changes_no_bit(2);
 }
