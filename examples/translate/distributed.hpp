@@ -63,8 +63,8 @@ class Replicas {
   /// Once the model is built or resumed: gives this rank its dropout stream and checks that every
   /// rank starts from the same parameters, training batches (`batches`: their fingerprint, which
   /// the trainer computed once; under --bpe-dropout also of the first epoch's pieces) and
-  /// checkpoint metadata (configuration, vocabulary, training
-  /// options), AgreedError otherwise; agree_on_flags compared the stopping rules.
+  /// checkpoint metadata (configuration, vocabulary, training options), AgreedError otherwise;
+  /// agree_on_flags compared the stopping rules.
   virtual void start(Transformer<float>& /*model*/, std::uint64_t /*batches*/,
                      const std::map<std::string, std::string>& /*metadata*/) {}
   /// Rank 0's `value` on every rank: decisions that must not differ (stop on wall time).
