@@ -48,7 +48,7 @@ Batcher::Batcher(const std::vector<TokenizedPair>& pairs, const BatchingOptions&
     const TokenizedPair& p = pairs[i];
     ATTN_CHECK(p.overlong || !p.src.empty(), DataError, "pair ", i, " (line ", i + 1,
                "): the source is empty");
-    const bool too_long = p.overlong || len(p.src) > o.max_len || len(p.tgt) + 1 > o.max_len;
+    const bool too_long = p.longer_than(o.max_len);
     if (too_long && o.overlong == OverlongPolicy::kSkip) {
       ++skipped_;
       continue;

@@ -24,6 +24,13 @@ struct TokenizedPair {
   /// A side has too many bytes to be encoded within max_len tokens (bpe.hpp, too_long_to_encode):
   /// src and tgt are left empty and the pair counts as longer than max_len.
   bool overlong = false;
+
+  /// Whether the pair is longer than max_len: overlong, or a source of more than max_len tokens,
+  /// or a target that with BOS (or EOS) has more.
+  bool longer_than(Index max_len) const {
+    return overlong || static_cast<Index>(src.size()) > max_len ||
+           static_cast<Index>(tgt.size()) + 1 > max_len;
+  }
 };
 
 enum class OverlongPolicy {

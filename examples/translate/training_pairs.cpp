@@ -14,10 +14,7 @@ std::vector<TokenizedPair> tokenize_pairs(const SubwordVocab& vocab, const Paral
       p.tgt = vocab.sample_encode(c.tgt[i], bpe_dropout);
       // Smaller pieces make longer pairs: one that no longer fits (the Batcher's test) is taken
       // whole, so that every epoch trains on the pairs the whole-word batches hold.
-      const auto fits = [&] {
-        return Index(p.src.size()) <= max_len && Index(p.tgt.size()) + 1 <= max_len;
-      };
-      if (bpe_dropout > 0 && !fits()) {
+      if (bpe_dropout > 0 && p.longer_than(max_len)) {
         p.src = vocab.encode(c.src[i]);
         p.tgt = vocab.encode(c.tgt[i]);
       }
