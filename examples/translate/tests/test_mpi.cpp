@@ -76,6 +76,14 @@ void Mpi::expect_overlap_changes_no_bit(int n) const {
   expect_same_checkpoints(during, after, 3);
 }
 
+// The progress line of update `step` in `log` from "step N | loss " on, with the loss's digits
+// (empty if there is none).
+std::string loss_line(const std::string& log, int step) {
+  const std::string head = "step " + std::to_string(step) + " | loss ";
+  const auto at = log.find(head);
+  return at == std::string::npos ? std::string() : log.substr(at, head.size() + 10);
+}
+
 std::set<std::string> files_in(const std::string& dir) {
   std::set<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
@@ -111,11 +119,7 @@ TEST_F(Mpi, TwoRanksWithHalfOfEachBatchTrainWhatOneProcessTrainsOnTheWholeBatch)
   // Rank 0 logs the global loss: the same figures as one process, once.
   EXPECT_TRUE(contains(r.err, "step 2 | loss ")) << r.err;
   const CliResult alone = train(0, path("again"), 2, "", 0);
-  const auto loss_of = [](const std::string& log) {
-    const auto at = log.find("step 2 | loss ");
-    return at == std::string::npos ? std::string() : log.substr(at, 24);
-  };
-  EXPECT_EQ(loss_of(r.err), loss_of(alone.err));
+  EXPECT_EQ(loss_line(r.err, 2), loss_line(alone.err, 2));
   // Only rank 0 writes: the same files as one process.
   EXPECT_EQ(files_in(two), files_in(one));
   const auto a = attn::load_safetensors(one + "/checkpoint_2.safetensors");
@@ -165,11 +169,8 @@ TEST_F(Mpi, RanksDrawTheSamePiecesUnderBpeDropout) {
   const std::string flags = "--bpe-dropout 0.2";
   const CliResult alone = train(0, path("one"), 9, flags, 0);
   const CliResult job = train(2, path("two"), 9, flags, 0);
-  const auto loss_at_9 = [](const std::string& log) {
-    const auto at = log.find("step 9 | loss ");
-    return at == std::string::npos ? std::string("no step 9 line") : log.substr(at, 20);
-  };
-  EXPECT_EQ(loss_at_9(job.err), loss_at_9(alone.err)) << job.err;
+  EXPECT_TRUE(contains(job.err, "step 9 | loss ")) << job.err;
+  EXPECT_EQ(loss_line(job.err, 9), loss_line(alone.err, 9)) << job.err;
   const std::string a = path("a"), b = path("b");
   // Epoch 1 begins at update 8 (BpeDropout.EachEpochHasItsOwnPiecesAndResumesExactly).
   if (train(2, a, 9, flags, 0.1).exit_code != 0) return;
