@@ -11,14 +11,12 @@
 #include <vector>
 
 #include "error_helpers.hpp"
+#include "mpi_testing.hpp"
 
 namespace attn {
 namespace {
 
 constexpr Index kTensors = 8, kValues = 100;
-
-int world_rank() { return detail::comm_rank(MPI_COMM_WORLD); }
-int world_size() { return detail::comm_size(MPI_COMM_WORLD); }
 
 // Sets every gradient to (rank + 1) times its global index: small integers, so every sum over
 // ranks is exact in float.
@@ -70,7 +68,7 @@ void expect_exact_sums(const std::vector<NamedParameter<float>>& params, int con
 // Should the packed buckets start in different orders on different ranks, this test hangs until
 // ctest's timeout instead of failing.
 TEST(PackedBuckets, FinalInAnotherOrderOnEachRankWithFewerBuffersThanBuckets) {
-  const int rank = world_rank(), ranks = world_size();
+  const int rank = testing::world_rank(), ranks = testing::world_size();
   for (std::size_t buffers : {1, 2, 4}) {
     SCOPED_TRACE(buffers);
     auto params = separate_gradients(rank);
@@ -88,7 +86,7 @@ TEST(PackedBuckets, FinalInAnotherOrderOnEachRankWithFewerBuffersThanBuckets) {
 TEST(PackedBuckets, ARankWithoutBackwardStartsThemInTurnAtFinish) {
   // The last rank has no rows (or failed before backward): its gradients are zero and it starts
   // every sum at the end, through one buffer, while the others report theirs.
-  const int rank = world_rank(), ranks = world_size();
+  const int rank = testing::world_rank(), ranks = testing::world_size();
   auto params = separate_gradients(rank);
   DataParallel<float> dp(params, MPI_COMM_WORLD, two_tensors_per_bucket(1));
   dp.begin_overlapped();
@@ -103,17 +101,17 @@ TEST(PackedBuckets, ARankWithoutBackwardStartsThemInTurnAtFinish) {
 }
 
 TEST(PackedBuckets, TheBlockingSumMayNotRunWhileOverlappedSumsAreInFlight) {
-  auto params = separate_gradients(world_rank());
+  auto params = separate_gradients(testing::world_rank());
   DataParallel<float> dp(params, MPI_COMM_WORLD, two_tensors_per_bucket(2));
   dp.begin_overlapped();
   EXPECT_THROW(dp.all_reduce_gradients(), Error);
   dp.start_remaining();
   dp.finish_overlapped();
-  expect_exact_sums(params, world_size());
+  expect_exact_sums(params, testing::world_size());
 }
 
 TEST(PackedBuckets, OneRankSumsNothingAndHoldsOneBuffer) {
-  const int rank = world_rank();
+  const int rank = testing::world_rank();
   auto params = separate_gradients(rank);
   DataParallel<float> dp(params, MPI_COMM_SELF, two_tensors_per_bucket(2));
   dp.begin_overlapped();
@@ -129,7 +127,7 @@ TEST(PackedBuckets, OneRankSumsNothingAndHoldsOneBuffer) {
 
 TEST(PackedBuckets, AnUnreportedParameterIsNamedAndTheBucketsQueuedBehindItToo) {
   // p7 is in the first bucket: the three packed buckets after it queue behind it.
-  auto params = separate_gradients(world_rank());
+  auto params = separate_gradients(testing::world_rank());
   DataParallel<float> dp(params, MPI_COMM_WORLD, two_tensors_per_bucket(1));
   dp.begin_overlapped();
   for (Index id = 0; id + 1 < kTensors; ++id) dp.gradients_final({id});
@@ -139,11 +137,11 @@ TEST(PackedBuckets, AnUnreportedParameterIsNamedAndTheBucketsQueuedBehindItToo) 
             "the ranks never started (does the model's backward call its gradient hook after "
             "every stage?); nor did the 3 packed buckets after it, which start in turn");
   // The ranks are in step again: the next overlapped sum completes.
-  set_gradients(params, world_rank());
+  set_gradients(params, testing::world_rank());
   dp.begin_overlapped();
   dp.start_remaining();
   dp.finish_overlapped();
-  expect_exact_sums(params, world_size());
+  expect_exact_sums(params, testing::world_size());
 }
 
 }  // namespace
