@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mo_catalog_target.hpp"
+#include "mutations.hpp"
 #include "safetensors_target.hpp"
 #include "seeds.hpp"
 
@@ -51,41 +52,6 @@ class ScratchDir {
   std::string path;
 };
 
-/// Deterministic positions, the same on every platform (no std:: distributions).
-struct Lcg {
-  std::uint64_t state;
-  std::size_t below(std::size_t n) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return static_cast<std::size_t>(state >> 33) % n;
-  }
-};
-
-/// Every strict prefix up to 48 bytes, then 32 more spread over the rest.
-std::vector<std::size_t> truncation_lengths(std::size_t size) {
-  std::vector<std::size_t> lengths;
-  for (std::size_t n = 0; n < size && n < 48; ++n) lengths.push_back(n);
-  for (std::size_t k = 1; k < 32; ++k)
-    if (size * k / 32 >= 48) lengths.push_back(size * k / 32);
-  if (size > 0) lengths.push_back(size - 1);
-  return lengths;
-}
-
-/// Byte flips at `count` positions: inverted, zeroed, set to 0x80 and to '['.
-std::vector<std::string> byte_mutations(const std::string& seed, std::uint64_t salt, int count) {
-  std::vector<std::string> out;
-  if (seed.empty()) return out;
-  Lcg rng{salt};
-  for (int i = 0; i < count; ++i) {
-    const std::size_t at = rng.below(seed.size());
-    for (int v : {-1, 0x00, 0x80, int{'['}}) {
-      std::string m = seed;
-      m[at] = static_cast<char>(v < 0 ? ~m[at] : v);
-      out.push_back(std::move(m));
-    }
-  }
-  return out;
-}
-
 template <class Run, class Outcome>
 std::map<Outcome, int> run_all(Run run, const std::vector<std::string>& inputs) {
   std::map<Outcome, int> tally;
@@ -109,7 +75,7 @@ TEST(FuzzReplay, MoSeedsParseAndEveryTruncationIsRefused) {
   for (const auto& [name, bytes] : mo_seeds()) {
     EXPECT_EQ(run_mo(bytes), Outcome::accepted) << name;
     // The last byte of a .mo file is the NUL of its last string or part of the header.
-    for (std::size_t n : truncation_lengths(bytes.size()))
+    for (std::size_t n : truncation_lengths(bytes.size(), 48))
       EXPECT_EQ(run_mo(bytes.substr(0, n)), Outcome::rejected) << name << " cut to " << n;
   }
 }
@@ -122,7 +88,8 @@ TEST(FuzzReplay, MoCommittedCorpusAndMutations) {
   std::uint64_t salt = 1;
   for (const auto& [name, bytes] : seeds) {
     inputs.push_back(bytes);
-    for (auto& m : byte_mutations(bytes, salt++, 64)) inputs.push_back(std::move(m));
+    for (auto& m : byte_flips(bytes, salt++, 64, {-1, 0x00, 0x80, int{'['}}))
+      inputs.push_back(std::move(m));
     // Every aligned 32-bit word (header fields, table lengths and offsets) set to extremes, in
     // both byte orders since a seed may be big-endian.
     for (std::size_t at = 0; at + 4 <= bytes.size(); at += 4)
@@ -190,7 +157,7 @@ TEST(FuzzReplay, SafetensorsSeedsLoadAndEveryTruncationIsRefused) {
                                                          : SafetensorsOutcome::parsed;
     EXPECT_EQ(run_st(bytes), expected) << name;
     // The tensors must tile the data buffer exactly, so no strict prefix is a valid file.
-    for (std::size_t n : truncation_lengths(bytes.size()))
+    for (std::size_t n : truncation_lengths(bytes.size(), 48))
       EXPECT_EQ(run_st(bytes.substr(0, n)), SafetensorsOutcome::rejected)
           << name << " cut to " << n;
   }
@@ -206,7 +173,8 @@ TEST(FuzzReplay, SafetensorsCommittedCorpusAndMutations) {
   std::uint64_t salt = 1000;
   for (const auto& [name, bytes] : seeds) {
     inputs.push_back(bytes);
-    for (auto& m : byte_mutations(bytes, salt++, 24)) inputs.push_back(std::move(m));
+    for (auto& m : byte_flips(bytes, salt++, 24, {-1, 0x00, 0x80, int{'['}}))
+      inputs.push_back(std::move(m));
     if (bytes.size() < 8) continue;
     // The 64-bit header length set to extremes and near misses.
     const std::uint64_t n = header_of(bytes).size(), size = bytes.size();
@@ -285,8 +253,9 @@ TEST(SafetensorsRegression, DeepNestingIsRefusedInsteadOfOverflowingTheStack) {
     parse_safetensors(std::vector<unsigned char>(shallow.begin(), shallow.end()), "s");
     ADD_FAILURE() << "no exception";
   } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find("shape entries must be non-negative integers, got an array"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("shape entries must be non-negative integers, got an array"),
+        std::string::npos)
         << e.what();
   }
 }

@@ -10,26 +10,19 @@
 #include <vector>
 
 #include "model_file_target.hpp"
+#include "mutations.hpp"
 #include "text_targets.hpp"
 
 namespace attn::fuzz {
 namespace {
 
-/// The seed, every prefix of up to 64 bytes and 32 more, and 4 flips at each of 128 positions.
+/// The seed, its truncations (every prefix shorter than 64 bytes, 31 more and all but the last
+/// byte), and 4 flips at each of 128 positions.
 std::vector<std::string> mutations(const std::string& seed, std::uint64_t salt) {
   std::vector<std::string> out{seed};
-  for (std::size_t n = 0; n < seed.size() && n < 64; ++n) out.push_back(seed.substr(0, n));
-  for (std::size_t k = 1; k < 32; ++k) out.push_back(seed.substr(0, seed.size() * k / 32));
-  std::uint64_t state = salt;
-  for (int i = 0; i < 128 && !seed.empty(); ++i) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    const std::size_t at = static_cast<std::size_t>(state >> 33) % seed.size();
-    for (int v : {-1, 0x00, int{'-'}, int{'9'}}) {
-      std::string m = seed;
-      m[at] = static_cast<char>(v < 0 ? ~m[at] : v);
-      out.push_back(std::move(m));
-    }
-  }
+  for (std::size_t n : truncation_lengths(seed.size(), 64)) out.push_back(seed.substr(0, n));
+  for (std::string& m : byte_flips(seed, salt, 128, {-1, 0x00, int{'-'}, int{'9'}}))
+    out.push_back(std::move(m));
   return out;
 }
 
@@ -43,8 +36,7 @@ std::pair<int, int> replay(Outcome (*run)(const std::uint8_t*, std::size_t),
     EXPECT_EQ(run(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()), accepted)
         << name << " is a valid seed";
     for (const std::string& m : mutations(bytes, salt++))
-      (run(reinterpret_cast<const std::uint8_t*>(m.data()), m.size()) == accepted ? ok
-                                                                                 : refused)++;
+      (run(reinterpret_cast<const std::uint8_t*>(m.data()), m.size()) == accepted ? ok : refused)++;
   }
   return {ok, refused};
 }
