@@ -52,7 +52,7 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 random_seconds() { awk -v s="$RANDOM" -v ms="$1" 'BEGIN { srand(s); printf "%.3f", rand() * ms / 1000 }'; }
 has_progress() { grep -q '^step ' "$1" 2>/dev/null; }
 # Globs only, no fork: these are polled in busy loops. $2: the step of the checkpoint (any).
-saving() { local t=("$1"/checkpoint_${2:-*}.safetensors.tmp.*); (( ${#t[@]} > 0 )); }
+saving() { local t=("$1"/checkpoint_${2:-*}.safetensors.attn-tmp.*); (( ${#t[@]} > 0 )); }
 pruning() {
   local c=("$1"/checkpoint_*.safetensors) n=("$1"/checkpoint_${2:-*}.safetensors)
   (( ${#c[@]} > keep && ${#n[@]} > 0 ))
@@ -145,7 +145,7 @@ resume_and_compare() {
   else
     echo "trial $i: resume failed: $(tail -1 "$log")" >&2
   fi
-  local left=("$dir"/*.tmp.*)
+  local left=("$dir"/*.attn-tmp.*)
   if [ ${#left[@]} -eq 0 ]; then clean=$((clean + 1)); else
     echo "trial $i: temporary files left: ${left[*]}" >&2
   fi

@@ -1,6 +1,7 @@
-// write_file_atomically and the leftovers of killed writers: "<path>.tmp.<pid>" files that a
+// write_file_atomically and the leftovers of killed writers: "<path>.attn-tmp.<pid>" files that a
 // SIGKILL or a power loss left behind. The next write of <path> removes those whose writer is
-// gone, and nothing else (issue 10: a killed `translate --output f` left f.tmp.<pid> forever).
+// gone, and nothing else (issue 10: a killed `translate --output f` left f.tmp.<pid> forever, the
+// temporaries then named so).
 #include <sys/stat.h>
 #include <attn/train/atomic_file.hpp>
 
@@ -30,13 +31,17 @@ class AtomicFile : public testing::TempDirTest {
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(TempDirTest::SetUp());
     // The old file; leftovers of dead writers, of out.txt and of another file; the temporary of
-    // a writer that may still be at work (pid 1 exists); a name that holds no pid.
-    const std::vector<std::string> names = {"out.txt", "out.txt.tmp." + dead_pid(),
-                                            "log.txt.tmp." + dead_pid(), "out.txt.tmp.1",
-                                            "out.txt.tmp.old"};
+    // a writer that may still be at work (pid 1 exists); a name that holds no pid; and a user's
+    // own file under the common ".tmp." (deleted as a dead writer's when that was the infix).
+    const std::vector<std::string> names = {"out.txt",
+                                            "out.txt.attn-tmp." + dead_pid(),
+                                            "log.txt.attn-tmp." + dead_pid(),
+                                            "out.txt.attn-tmp.1",
+                                            "out.txt.attn-tmp.old",
+                                            "out.txt.tmp." + dead_pid()};
     for (const std::string& name : names) std::ofstream(path(name)) << "partial";
     // A directory under a dead writer's temporary name is not a temporary this program wrote.
-    fs::create_directory(path("out.txt.tmp.2" + dead_pid()));
+    fs::create_directory(path("out.txt.attn-tmp.2" + dead_pid()));
   }
 };
 
@@ -44,23 +49,25 @@ TEST_F(AtomicFile, AWriteRemovesTheTemporariesOfItsPathThatDeadWritersLeft) {
   write_file_atomically(path("out.txt"), std::string("new"));
   std::ifstream in(path("out.txt"));
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "new");
-  // Only out.txt.tmp.<dead pid> is gone: not another file's, not a live writer's, not a
+  // Only out.txt.attn-tmp.<dead pid> is gone: not another file's, not a live writer's, not a
   // directory, not a name that holds no pid.
   EXPECT_EQ(list(),
-            (std::vector<std::string>{"log.txt.tmp." + dead_pid(), "out.txt", "out.txt.tmp.1",
-                                      "out.txt.tmp.2" + dead_pid(), "out.txt.tmp.old"}));
+            (std::vector<std::string>{"log.txt.attn-tmp." + dead_pid(), "out.txt",
+                                      "out.txt.attn-tmp.1", "out.txt.attn-tmp.2" + dead_pid(),
+                                      "out.txt.attn-tmp.old", "out.txt.tmp." + dead_pid()}));
 }
 
 TEST_F(AtomicFile, RemoveStaleTemporariesOfEveryNameOrOfOne) {
   EXPECT_EQ(remove_stale_temporaries(dir_, "log.txt"),
-            std::vector<std::string>{path("log.txt.tmp." + dead_pid())});
-  std::ofstream(path("log.txt.tmp." + dead_pid())) << "partial";
+            std::vector<std::string>{path("log.txt.attn-tmp." + dead_pid())});
+  std::ofstream(path("log.txt.attn-tmp." + dead_pid())) << "partial";
   std::vector<std::string> removed = remove_stale_temporaries(dir_ + "/");
   std::sort(removed.begin(), removed.end());
-  EXPECT_EQ(removed, (std::vector<std::string>{path("log.txt.tmp." + dead_pid()),
-                                               path("out.txt.tmp." + dead_pid())}));
-  EXPECT_EQ(list(), (std::vector<std::string>{"out.txt", "out.txt.tmp.1",
-                                              "out.txt.tmp.2" + dead_pid(), "out.txt.tmp.old"}));
+  EXPECT_EQ(removed, (std::vector<std::string>{path("log.txt.attn-tmp." + dead_pid()),
+                                               path("out.txt.attn-tmp." + dead_pid())}));
+  EXPECT_EQ(list(), (std::vector<std::string>{
+                        "out.txt", "out.txt.attn-tmp.1", "out.txt.attn-tmp.2" + dead_pid(),
+                        "out.txt.attn-tmp.old", "out.txt.tmp." + dead_pid()}));
   EXPECT_TRUE(remove_stale_temporaries(path("no such directory")).empty());
 }
 

@@ -321,7 +321,7 @@ TEST_F(SafetensorsIo, FailedSaveLeavesTheOldFileAndNoTemporary) {
   EXPECT_EQ(load_safetensors(p).metadata().at("v"), "old");
 
   // The temporary path cannot be created (a directory is in the way).
-  const std::string tmp = p + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = p + ".attn-tmp." + std::to_string(::getpid());
   ASSERT_EQ(::mkdir(tmp.c_str(), 0755), 0);
   EXPECT_THROW(save_safetensors(p, {tensor_entry("w", new_t)}), IOError);
   EXPECT_TRUE(contains(error_of([&] { save_safetensors(p, {tensor_entry("w", new_t)}); }),
@@ -331,7 +331,7 @@ TEST_F(SafetensorsIo, FailedSaveLeavesTheOldFileAndNoTemporary) {
 
   // A stray truncated temporary of a crashed writer does not affect the real file, and the next
   // save goes through.
-  write_file(p + ".tmp.99999", before.substr(0, 20));
+  write_file(p + ".attn-tmp.99999", before.substr(0, 20));
   EXPECT_EQ(load_safetensors(p).metadata().at("v"), "old");
   save_safetensors(p, {tensor_entry("w", new_t)}, {{"v", "new"}});
   EXPECT_EQ(load_safetensors(p).metadata().at("v"), "new");

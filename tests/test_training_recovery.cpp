@@ -144,7 +144,7 @@ TEST(Training, KillDuringSaveLeavesThePreviousCheckpointLoadable) {
   ASSERT_EQ(::waitpid(pid, &status, WUNTRACED), pid);
   ASSERT_TRUE(WIFSTOPPED(status)) << "the writer was not stopped mid-save (status " << status
                                   << ")";
-  const std::string tmp = path + ".tmp." + std::to_string(pid);
+  const std::string tmp = path + ".attn-tmp." + std::to_string(pid);
   std::ifstream partial(tmp, std::ios::binary | std::ios::ate);
   ASSERT_TRUE(partial.good()) << "no temporary file " << tmp << " during the save";
   EXPECT_EQ(static_cast<long long>(partial.tellg()), limit);

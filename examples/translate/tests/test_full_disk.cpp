@@ -121,7 +121,7 @@ TEST_F(FullDisk, AFailedVocabTxtKeepsTheOldOne) {
   attn::detail::before_atomic_write() = nullptr;
   ASSERT_TRUE(full.has_value()) << "vocab.txt was not written";
   full.reset();
-  EXPECT_TRUE(contains(m, "cannot write " + vocab_txt + " (via " + vocab_txt + ".tmp.")) << m;
+  EXPECT_TRUE(contains(m, "cannot write " + vocab_txt + " (via " + vocab_txt + ".attn-tmp.")) << m;
   EXPECT_TRUE(contains(m, "File too large")) << m;
   EXPECT_EQ(read_file(vocab_txt), old_vocab_txt);
   EXPECT_EQ(listing(d), names) << "a failed write left a file behind in " << d;
@@ -174,7 +174,8 @@ TEST_F(FullDisk, TranslateOutputKeepsTheOldFile) {
     if (failed.exit_code == -1) failed = r;  // the run under the limit
     if (r.exit_code != 0) throw attn::IOError(r.err);
   });
-  expect_cli_error(failed, {"cannot write " + out + " (via " + out + ".tmp.", "File too large"});
+  expect_cli_error(failed,
+                   {"cannot write " + out + " (via " + out + ".attn-tmp.", "File too large"});
   EXPECT_TRUE(contains(m, "cannot write " + out)) << m;
 }
 

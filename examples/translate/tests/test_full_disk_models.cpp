@@ -71,9 +71,10 @@ class FullDiskModels : public TempDirTest {
     const auto lines = r.err_lines();
     EXPECT_FALSE(lines.empty());
     const std::string last = lines.empty() ? "" : lines.back();
-    EXPECT_EQ(last.rfind(
-                  "attn-translate: error: cannot write " + target + " (via " + target + ".tmp.", 0),
-              0u)
+    EXPECT_EQ(
+        last.rfind(
+            "attn-translate: error: cannot write " + target + " (via " + target + ".attn-tmp.", 0),
+        0u)
         << r.err;
     EXPECT_TRUE(contains(last, "): File too large")) << last;
     const std::map<std::string, std::string> after = snapshot(m);

@@ -22,12 +22,13 @@ class Outputs : public TrainedModelTest {
  protected:
   static void SetUpTestSuite() { train_suite_model("attn_outputs", 4, 2); }
 
-  /// The temporary that a writer of `path` killed by SIGKILL leaves: "<path>.tmp.<its pid>",
+  /// The temporary that a writer of `path` killed by SIGKILL leaves: "<path>.attn-tmp.<its pid>",
   /// written by a shell that then kills itself.
   std::string killed_writer_leftover(const std::string& path) {
-    run_command("sh -c 'echo partial > \"$0.tmp.$$\"; echo $$ > \"$0.pid\"; kill -KILL $$' " + path,
-                dir_);
-    const std::string leftover = path + ".tmp." + tr::read_lines(path + ".pid").at(0);
+    run_command(
+        "sh -c 'echo partial > \"$0.attn-tmp.$$\"; echo $$ > \"$0.pid\"; kill -KILL $$' " + path,
+        dir_);
+    const std::string leftover = path + ".attn-tmp." + tr::read_lines(path + ".pid").at(0);
     fs::remove(path + ".pid");
     EXPECT_TRUE(fs::exists(leftover)) << leftover;
     return leftover;
@@ -35,11 +36,12 @@ class Outputs : public TrainedModelTest {
 };
 
 TEST_F(Outputs, TranslateOutputRemovesTheTemporariesOfKilledWriters) {
-  // A killed `translate --output f` left f.tmp.<pid> behind for good.
+  // A killed `translate --output f` left f.tmp.<pid> (as temporaries were named then) behind for
+  // good.
   const std::string out = path("out.txt");
   const std::string killed = killed_writer_leftover(out);
   const std::string other = killed_writer_leftover(path("other.txt"));
-  const std::string alive = out + ".tmp.1";  // pid 1 exists: its writer may still be at work
+  const std::string alive = out + ".attn-tmp.1";  // pid 1 exists: its writer may still be at work
   write_file(alive, "partial");
   const CliResult r = run("translate --threads 1 --greedy --model-dir " + model() + " --input " +
                           input("the red cat\n") + " --output " + out);
@@ -76,7 +78,7 @@ TEST_F(Outputs, AverageRefusesToWriteANonFiniteModel) {
                    {"average: not writing " + out + ": " + why});
   EXPECT_FALSE(fs::exists(out));
   for (const auto& e : fs::recursive_directory_iterator(dir_))
-    EXPECT_FALSE(contains(e.path().filename().string(), ".tmp.")) << e.path();
+    EXPECT_FALSE(contains(e.path().filename().string(), ".attn-tmp.")) << e.path();
 }
 
 }  // namespace

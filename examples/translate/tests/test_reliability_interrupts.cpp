@@ -45,8 +45,8 @@ TEST_F(Reliability, LeftoverTemporaryFilesOfDeadWritersAreRemoved) {
   std::ifstream pid_max_file("/proc/sys/kernel/pid_max");
   long pid_max = 4194304;
   pid_max_file >> pid_max;
-  const std::string dead = m + "/checkpoint_6.safetensors.tmp." + std::to_string(pid_max + 1);
-  const std::string alive = m + "/vocab.txt.tmp.1";  // pid 1 exists: its writer may be running
+  const std::string dead = m + "/checkpoint_6.safetensors.attn-tmp." + std::to_string(pid_max + 1);
+  const std::string alive = m + "/vocab.txt.attn-tmp.1";  // pid 1 exists: its writer may be running
   write_file(dead, "partial");
   write_file(alive, "partial");
   tr::TrainOptions o = tiny_options(m);

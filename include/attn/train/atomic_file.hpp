@@ -3,7 +3,7 @@
 // example CLI writes goes through write_file_atomically.
 //
 // Only a regular file (or nothing) at <path> is replaced; anything else there is refused. The
-// protocol: create "<path>.tmp.<pid>" in the same directory with O_CREAT|O_EXCL|O_NOFOLLOW
+// protocol: create "<path>.attn-tmp.<pid>" in the same directory with O_CREAT|O_EXCL|O_NOFOLLOW
 // (a file or symlink planted under that name is refused, never followed or truncated), write,
 // fsync, close, rename over <path>, then fsync the directory so the rename survives a power loss.
 // Any failure up to and including the rename removes the temporary file and throws IOError; the
@@ -12,7 +12,7 @@
 // durable), which the caller can print.
 //
 // Only a writer killed outright (SIGKILL, a power loss, or a signal to attn-translate train once
-// its final checkpoint is written) leaves "<path>.tmp.<pid>" behind. The next
+// its final checkpoint is written) leaves "<path>.attn-tmp.<pid>" behind. The next
 // write of <path> removes such leftovers of writers that are gone (remove_stale_temporaries), so a
 // killed `translate --output f` costs disk space only until f is written again.
 #pragma once
@@ -121,20 +121,26 @@ inline void check_replaceable(const std::string& path) {
 
 }  // namespace detail
 
+/// What marks a temporary of write_file_atomically: "<path>" + kAtomicTempInfix + "<pid>". Not
+/// the common ".tmp.": remove_stale_temporaries deletes what bears it, and a user's own
+/// "notes.txt.tmp.1234" beside a --output notes.txt was deleted as a killed writer's.
+inline constexpr std::string_view kAtomicTempInfix = ".attn-tmp.";
+
 /// The temporary name write_file_atomically uses for `path` in this process.
 inline std::string atomic_temp_path(const std::string& path) {
-  return path + ".tmp." + std::to_string(::getpid());
+  return path + std::string(kAtomicTempInfix) + std::to_string(::getpid());
 }
 
 namespace detail {
 
-/// The writer's pid in a temporary file name "<target>.tmp.<pid>" (after the last ".tmp."), if
-/// `name` is one; with a non-empty `target`, only a temporary of that file name counts.
+/// The writer's pid in a temporary file name "<target>.attn-tmp.<pid>" (after the last
+/// kAtomicTempInfix), if `name` is one; with a non-empty `target`, only a temporary of that file
+/// name counts.
 inline std::optional<pid_t> temp_writer_pid(std::string_view name, std::string_view target) {
-  const std::size_t at = name.rfind(".tmp.");
+  const std::size_t at = name.rfind(kAtomicTempInfix);
   if (at == std::string_view::npos || (!target.empty() && name.substr(0, at) != target))
     return std::nullopt;
-  const std::optional<pid_t> pid = parse_number<pid_t>(name.substr(at + 5));
+  const std::optional<pid_t> pid = parse_number<pid_t>(name.substr(at + kAtomicTempInfix.size()));
   if (!pid || *pid <= 0) return std::nullopt;
   return pid;
 }
@@ -147,7 +153,7 @@ inline bool temp_writer_gone(pid_t pid) {
 
 }  // namespace detail
 
-/// Removes the temporary files "<name>.tmp.<pid>" of directory `dir` whose writer is gone, and
+/// Removes the temporary files "<name>.attn-tmp.<pid>" of directory `dir` whose writer is gone, and
 /// returns their paths: for every <name> if `target_name` is empty, else for that file name only.
 /// Only regular files are removed; a directory that cannot be read removes nothing. The pid names
 /// the writer, so this assumes the writers of `dir` run on this machine (in this pid namespace);
