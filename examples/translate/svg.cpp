@@ -115,9 +115,24 @@ std::string legend(const std::vector<PlotSeries>& series, double right, double y
 }  // namespace
 
 std::string xml_escape(std::string_view s) {
+  // XML 1.0 has no way to write the C0 controls but tab, LF and CR, nor U+FFFE and U+FFFF, even as
+  // character references: one in a sentence made the whole file ill-formed, and browsers refused
+  // to draw it. Each becomes U+FFFD, the replacement character.
+  constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
   std::string out;
   out.reserve(s.size());
-  for (char c : s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+      out += kReplacement;
+      continue;
+    }
+    if (s.compare(i, 3, "\xEF\xBF\xBE") == 0 || s.compare(i, 3, "\xEF\xBF\xBF") == 0) {
+      out += kReplacement;
+      i += 2;
+      continue;
+    }
     switch (c) {
       case '&':
         out += "&amp;";

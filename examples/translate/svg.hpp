@@ -11,7 +11,8 @@
 
 namespace attn::translate {
 
-/// Escapes & < > " ' for XML text and attribute values.
+/// Escapes & < > " ' for XML text and attribute values, and replaces the characters XML cannot
+/// hold (C0 controls but tab, LF and CR; U+FFFE, U+FFFF) with U+FFFD.
 std::string xml_escape(std::string_view text);
 
 struct PlotSeries {
@@ -49,7 +50,8 @@ struct AttentionPlotOptions {
 };
 
 /// Heatmaps of attention weights in [0, 1], white (0) to dark blue (1), source tokens along x,
-/// target tokens along y, under a colour scale. Throws ShapeError if a panel does not hold T * S weights.
+/// target tokens along y, under a colour scale. Throws ShapeError if a panel does not hold T * S
+/// weights.
 std::string attention_svg(const std::vector<std::string>& src_tokens,
                           const std::vector<std::string>& tgt_tokens,
                           const std::vector<AttentionPanel>& panels,

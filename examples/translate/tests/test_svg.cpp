@@ -40,6 +40,17 @@ void expect_well_formed(const std::string& svg, const std::string& name) {
 TEST(Svg, Escape) {
   EXPECT_EQ(xml_escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&apos;");
   EXPECT_EQ(xml_escape("\xc3\xa4rger"), "\xc3\xa4rger");
+  // What XML 1.0 cannot hold, even as a character reference, becomes U+FFFD; tab, LF, CR stay.
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(xml_escape(std::string("a\x01"
+                                   "b\x1f"
+                                   "\0"
+                                   "c",
+                                   6)),
+            "a" + fffd + "b" + fffd + fffd + "c");
+  EXPECT_EQ(xml_escape("\t\n\r\x7f"), "\t\n\r\x7f");
+  EXPECT_EQ(xml_escape("x\xEF\xBF\xBEy\xEF\xBF\xBF"), "x" + fffd + "y" + fffd);
+  EXPECT_EQ(xml_escape("\xEF\xBF\xBD\xEF\xBF"), "\xEF\xBF\xBD\xEF\xBF");
 }
 
 TEST(Svg, LinePlot) {
