@@ -7,6 +7,7 @@
 
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 
@@ -191,6 +192,41 @@ TEST(ApiEdges, FloatSettingsMustFitTheParametersType) {
       NumericError);
   EXPECT_THROW(scale_gradients<float>(params, 1e300), NumericError);
   EXPECT_NO_THROW(scale_gradients<double>({}, 1e300));
+}
+
+// OMP_STACKSIZE=1000000G: libgomp ended the process when it started its threads ("Thread
+// creation failed"), past every handler. set_num_threads reads the size as libgomp does and
+// refuses stacks this machine cannot give, naming the variable.
+TEST(ApiEdges, ThreadStacksBeyondTheMachinesMemoryAreRefused) {
+#if !defined(_OPENMP)
+  GTEST_SKIP() << "built without OpenMP";
+#endif
+  const int before = num_threads();
+  const auto bytes = [](const char* omp, const char* gomp) {
+    omp ? ::setenv("OMP_STACKSIZE", omp, 1) : ::unsetenv("OMP_STACKSIZE");
+    gomp ? ::setenv("GOMP_STACKSIZE", gomp, 1) : ::unsetenv("GOMP_STACKSIZE");
+    const char* name = nullptr;
+    return detail::openmp_stack_bytes(name);
+  };
+  EXPECT_EQ(bytes("64", nullptr), 64.0 * 1024);  // kilobytes unless a unit says otherwise
+  EXPECT_EQ(bytes(" 2 m ", nullptr), 2.0 * 1024 * 1024);
+  EXPECT_EQ(bytes("5B", nullptr), 5.0);
+  EXPECT_EQ(bytes("1g", nullptr), 1024.0 * 1024 * 1024);
+  EXPECT_EQ(bytes("100T", "3M"), 3.0 * 1024 * 1024);  // libgomp skips what it cannot read
+  for (const char* junk : {"", "x", "-5", "5 k b", "18446744073709551615G"})
+    EXPECT_EQ(bytes(junk, nullptr), 0.0) << junk;
+  bytes("1000000G", nullptr);
+  const std::string what = error_of<ConfigError>([] { set_num_threads(2); });
+  EXPECT_TRUE(contains(what,
+                       "OMP_STACKSIZE=1000000G asks for a 1e+06 GiB stack for each of the 1 "
+                       "threads OpenMP starts besides this one"))
+      << what;
+  EXPECT_EQ(num_threads(), before);
+  EXPECT_NO_THROW(set_num_threads(1));  // no thread to start
+  bytes(nullptr, "1000000G");
+  EXPECT_THROW(set_num_threads(2), ConfigError);
+  bytes(nullptr, nullptr);
+  set_num_threads(before);
 }
 
 TEST(ApiEdges, TrainingSideCountsAndSizesAreBounded) {

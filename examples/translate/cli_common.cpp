@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include <attn/decode/options.hpp>
 #include <attn/error.hpp>
 
 namespace attn::translate {
@@ -99,16 +100,22 @@ bool threads_given(const CLI::App& sub) {
 }
 
 void add_decode_flags(CLI::App* app, TranslateOptions& o) {
-  app->add_option("--beam", o.beam, "beam size")->capture_default_str()->check(positive());
+  // Checked as the flags are parsed, before a model is loaded or a line read (an interactive
+  // translate took them until its first line, then named DecodeOptions' fields).
+  app->add_option("--beam", o.beam, "beam size")
+      ->capture_default_str()
+      ->check(in_range(1, static_cast<double>(DecodeOptions::kMaxBeamSize)));
   app->add_option("--alpha", o.alpha, "length penalty alpha of ((5+|Y|)/6)^alpha")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_non_negative());
   app->add_flag("--greedy", o.greedy, "greedy decoding instead of beam search (default: off)");
   app->add_option("--batch-size", o.batch_size, "sentences per decoding batch")
       ->capture_default_str()
       ->check(positive());
   app->add_option("--max-extra-length", o.max_extra_length,
                   "output may be this many tokens longer than the input")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(in_range(0, static_cast<double>(DecodeOptions::kMaxExtraLength)));
 }
 
 }  // namespace attn::translate

@@ -109,10 +109,7 @@ void check_model_size(const TransformerConfig& c) {
   }
   const double gib = std::ldexp(1.0, 30);
   const double needed = 16.0 * static_cast<double>(min_parameter_count(c));
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGESIZE);
-  const double memory = pages > 0 && page_bytes > 0  // else unknown: no check
-                            ? static_cast<double>(pages) * static_cast<double>(page_bytes)
-                            : 0.0;
+  const double memory = attn::detail::physical_memory_bytes();  // 0 if unknown: no check
   ATTN_CHECK(memory <= 0 || needed <= memory, ConfigError, "a model of at least ",
              min_parameter_count(c), " parameters needs ", needed / gib,
              " GiB for its weights, gradients and Adam's moments, more than this machine's ",

@@ -35,14 +35,22 @@ std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
   dec.max_extra_length = options.max_extra_length;
   dec.validate(model.config().tgt_vocab,
                model.config().pad_id);  // before any work, and also when every line is empty
+  // The batches, longest sources last, each checked before any is decoded: a batch that cannot
+  // be decoded is refused before the hours the others take, not after them.
+  const auto batch = static_cast<std::size_t>(options.batch_size);
+  std::vector<Index> longest;  // of each batch
+  for (std::size_t begin = 0; begin < order.size(); begin += batch) {
+    const std::size_t end = std::min(order.size(), begin + batch);
+    longest.push_back(static_cast<Index>(sources[order[end - 1]].size()));
+    detail::check_decode_memory(model.config().decoder_layers, model.config().d_model,
+                                static_cast<Index>(end - begin), !options.greedy, options.beam,
+                                longest.back(), longest.back() + options.max_extra_length,
+                                sizeof(float), "lower --batch-size, --beam or --max-extra-length");
+  }
   const TokenId pad = model.config().pad_id;
-  for (std::size_t begin = 0; begin < order.size();
-       begin += static_cast<std::size_t>(options.batch_size)) {
-    const std::size_t end =
-        std::min(order.size(), begin + static_cast<std::size_t>(options.batch_size));
-    Index S = 0;
-    for (std::size_t k = begin; k < end; ++k)
-      S = std::max<Index>(S, static_cast<Index>(sources[order[k]].size()));
+  for (std::size_t begin = 0; begin < order.size(); begin += batch) {
+    const std::size_t end = std::min(order.size(), begin + batch);
+    const Index S = longest[begin / batch];
     Tensor<TokenId> src = Tensor<TokenId>::full({static_cast<Index>(end - begin), S}, pad);
     for (std::size_t k = begin; k < end; ++k) {
       const auto& s = sources[order[k]];

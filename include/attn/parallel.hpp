@@ -5,11 +5,17 @@
 // use of a product and in set_num_threads.
 #pragma once
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 
@@ -53,11 +59,92 @@ inline int thread_limit() {
 #endif
 }
 
+namespace detail {
+
+/// This machine's physical memory in bytes; 0 if the system does not say.
+inline double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_bytes > 0 ? static_cast<double>(pages) * static_cast<double>(page_bytes)
+                                     : 0.0;
+}
+
+/// What this process may hold in memory: the machine's physical memory, or less under an
+/// address-space or data-segment limit (RLIMIT_AS, RLIMIT_DATA; a container's cgroup limit is
+/// not read); 0 if the system does not say.
+inline double memory_limit_bytes() {
+  double limit = physical_memory_bytes();
+  for (const auto resource : {RLIMIT_AS, RLIMIT_DATA}) {
+    rlimit r{};
+    if (::getrlimit(resource, &r) != 0 || r.rlim_cur == RLIM_INFINITY) continue;
+    const auto cur = static_cast<double>(r.rlim_cur);
+    limit = limit > 0 ? std::min(limit, cur) : cur;
+  }
+  return limit;
+}
+
+/// The stack libgomp gives each thread it starts, in bytes, read as libgomp reads it: from
+/// OMP_STACKSIZE, else GOMP_STACKSIZE, a decimal number and an optional unit B, K, M or G (K if
+/// none), spaces allowed around both. 0 when neither holds such a size (libgomp then keeps its
+/// default, after a warning for a value it cannot read). `name` is set to the variable read.
+inline double openmp_stack_bytes(const char*& name) {
+  for (const char* variable : {"OMP_STACKSIZE", "GOMP_STACKSIZE"}) {
+    const char* p = std::getenv(variable);
+    if (p == nullptr) continue;
+    while (std::isspace(static_cast<unsigned char>(*p))) ++p;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long value = std::strtoull(p, &end, 10);
+    if (errno != 0 || end == p || *p == '-') continue;
+    while (std::isspace(static_cast<unsigned char>(*end))) ++end;
+    int shift = 10;
+    if (*end != '\0') {
+      const int unit = std::tolower(static_cast<unsigned char>(*end++));
+      shift = unit == 'b' ? 0 : unit == 'k' ? 10 : unit == 'm' ? 20 : unit == 'g' ? 30 : -1;
+      while (std::isspace(static_cast<unsigned char>(*end))) ++end;
+      if (shift < 0 || *end != '\0') continue;
+    }
+    if (((value << shift) >> shift) != value) continue;  // libgomp refuses what overflows
+    name = variable;
+    return static_cast<double>(value << shift);
+  }
+  return 0;
+}
+
+/// ConfigError if the stacks libgomp would map for the n - 1 threads it starts besides the
+/// calling one cannot be had: each larger than this machine's memory, or all together larger
+/// than the address-space limit. libgomp ends the process on its own then ("Thread creation
+/// failed"), at the first parallel region, past every handler of the program's.
+inline void check_thread_stacks(int n) {
+  const char* variable = nullptr;
+  const double stack = openmp_stack_bytes(variable);
+  if (n <= 1 || stack <= 0) return;
+  const double memory = physical_memory_bytes();
+  rlimit as{};
+  const double address_space = ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY
+                                   ? static_cast<double>(as.rlim_cur)
+                                   : 0.0;
+  const bool fits =
+      (memory <= 0 || stack <= memory) && (address_space <= 0 || stack * (n - 1) <= address_space);
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  ATTN_CHECK(fits, ConfigError, variable, "=", std::getenv(variable), " asks for a ", stack / gib,
+             " GiB stack for each of the ", n - 1,
+             " threads OpenMP starts besides this one: ", "more than this machine's ", memory / gib,
+             " GiB of memory or its address-space limit (",
+             address_space > 0 ? std::to_string(address_space / gib) + " GiB" : std::string("none"),
+             "); lower it, or use 1 thread");
+}
+
+}  // namespace detail
+
 /// Sets the thread count of attn's OpenMP loops and products (Eigen's own stays 1); ConfigError
-/// unless n is in [1, thread_limit()].
+/// unless n is in [1, thread_limit()], or if OMP_STACKSIZE asks for thread stacks this machine
+/// cannot give (detail::check_thread_stacks).
 inline void set_num_threads(int n) {
   ATTN_CHECK(n >= 1 && n <= thread_limit(), ConfigError, "set_num_threads: n must be in [1, ",
              thread_limit(), "], got ", n);
+#if defined(_OPENMP)
+  detail::check_thread_stacks(n);
+#endif
 #if defined(_OPENMP)
   omp_set_num_threads(n);
 #endif

@@ -10,8 +10,10 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <attn/decode/options.hpp>
 #include <attn/train/safetensors.hpp>
 
 #include "corpus_io.hpp"
@@ -21,6 +23,7 @@
 #include "train_state.hpp"
 #include "trainer.hpp"
 #include "translate_fixture.hpp"
+#include "translator.hpp"
 
 using namespace attn::translate::testing;
 
@@ -28,19 +31,67 @@ namespace {
 
 TEST_F(Reliability, AbsurdDecodeFlagsAreRefusedWithTheirBounds) {
   // These crashed with SIGSEGV (beam rows and cache sizes overflowed) or printed blank lines
-  // (the output length limit overflowed in greedy decoding).
+  // (the output length limit overflowed in greedy decoding). They are refused as the flags are
+  // parsed, with the flag's name: an interactive translate (stdin to stdout; here an empty stdin)
+  // took them and exited 0, and refused only its first line, naming DecodeOptions' fields.
   const std::string m = (suite_dir_ / "model").string(), in = input("the red cat\n");
-  expect_error(run("translate --threads 1 --model-dir " + m + " --beam 4611686018427387904", in),
-               {"beam_size must be in [1, 256], got 4611686018427387904"});
-  expect_error(
-      run("translate --threads 1 --model-dir " + m + " --max-extra-length 36028797018963961", in),
-      {"max_extra_length must be in [0, 4096], got 36028797018963961"});
-  expect_error(run("translate --threads 1 --greedy --model-dir " + m +
-                       " --max-extra-length 9223372036854775807",
-                   in),
-               {"max_extra_length must be in [0, 4096]"});
-  expect_error(run("translate --threads 1 --model-dir " + m + " --max-extra-length -1", in),
-               {"max_extra_length must be in [0, 4096], got -1"});
+  const std::pair<std::string, std::string> cases[] = {
+      {"--beam 4611686018427387904",
+       "--beam: expected a number in [1,256], got 4611686018427387904"},
+      {"--beam 0", "--beam: expected a number in [1,256], got 0"},
+      {"--max-extra-length 36028797018963961",
+       "--max-extra-length: expected a number in [0,4096], got 36028797018963961"},
+      {"--greedy --max-extra-length 9223372036854775807",
+       "--max-extra-length: expected a number in [0,4096]"},
+      {"--max-extra-length -1", "--max-extra-length: expected a number in [0,4096], got -1"},
+      {"--alpha nan", "--alpha: expected a finite number >= 0, got nan"},
+      {"--alpha -0.5", "--alpha: expected a finite number >= 0, got -0.5"},
+      {"--batch-size 0", "--batch-size: expected a number > 0, got 0"}};
+  for (const auto& [flags, expected] : cases) {
+    for (const std::string& stdin_path : {std::string("/dev/null"), in}) {
+      SCOPED_TRACE(flags + " < " + stdin_path);
+      const CliResult r = run("translate --threads 1 --model-dir " + m + " " + flags, stdin_path);
+      EXPECT_NE(r.exit_code, 0);
+      EXPECT_TRUE(contains(r.err, expected)) << r.err;
+      EXPECT_EQ(r.out, "");
+    }
+    const CliResult r = run("evaluate --threads 1 --model-dir " + m + " --src " + in + " --ref " +
+                            in + " " + flags);
+    EXPECT_NE(r.exit_code, 0) << flags;
+    EXPECT_TRUE(contains(r.err, expected)) << r.err;
+  }
+}
+
+// A batch of sentences times a beam times the output length whose key/value caches would not fit
+// in this machine's memory is refused before decoding, naming the flags that size it: it failed
+// with "std::bad_alloc" under an address-space limit, and without one grew until the OOM killer.
+TEST_F(Reliability, DecodingBeyondTheMachinesMemoryIsRefusedNamingTheFlags) {
+  const std::string m = (suite_dir_ / "model").string(), out = path("out.txt");
+  const attn::TransformerConfig c = tr::Translator(m).model().config();
+  // Enough one-word sentences (at least one token each) for beam 256 and 4,096 extra tokens.
+  const attn::detail::DecodeMemory one =
+      attn::detail::decode_memory(c.decoder_layers, c.d_model, 1, true, 256, 1, 4097, 4);
+  ASSERT_GT(one.available, 0.0);
+  const auto batch = static_cast<std::size_t>(std::ceil(one.available / one.caches)) + 1;
+  std::string text;
+  for (std::size_t i = 0; i < batch; ++i) text += "cat\n";
+  const CliResult r =
+      run("translate --threads 1 --model-dir " + m + " --input " + input(text) + " --output " +
+          out + " --beam 256 --max-extra-length 4096 --batch-size " + std::to_string(batch));
+  expect_error(r, {"decode: " + std::to_string(batch) + " sentences x 256 beam rows",
+                   "GiB of key/value caches, more than the",
+                   "lower --batch-size, --beam or --max-extra-length"});
+  EXPECT_FALSE(fs::exists(out));
+}
+
+// OMP_STACKSIZE beyond the machine's memory: libgomp ended attn-translate on its own when it
+// started its threads, exit 1 with only "libgomp: Thread creation failed: ...".
+TEST_F(Reliability, ThreadStacksBeyondTheMachinesMemoryAreRefusedWithAttnsError) {
+  const std::string m = (suite_dir_ / "model").string();
+  expect_error(run_command("OMP_STACKSIZE=1000000G " + std::string(ATTN_TRANSLATE_BIN) +
+                               " translate --threads 2 --greedy --model-dir " + m,
+                           dir_, input("the red cat\n")),
+               {"OMP_STACKSIZE=1000000G asks for a 1e+06 GiB stack for each of the 1 threads"});
 }
 
 TEST_F(Reliability, TamperedModelConfigIsRefusedBeforeTheModelIsBuilt) {

@@ -47,6 +47,8 @@ std::vector<std::vector<TokenId>> beam_search(Transformer<T>& model, const Tenso
   const Index B = src.size(0), W = opts.beam_size;
   std::vector<Index> limits = detail::output_limits(src, model.config().pad_id, opts);
   const Index max_len = *std::max_element(limits.begin(), limits.end());
+  detail::check_decode_memory(model.config().decoder_layers, model.config().d_model, B, true, W,
+                              src.size(1), max_len, sizeof(T));
   BeamState beams(std::move(limits), opts, V, model.config().pad_id);
   if (max_len <= 0) return beams.finish();
 

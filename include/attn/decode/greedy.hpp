@@ -23,6 +23,8 @@ std::vector<std::vector<TokenId>> greedy_decode(Transformer<T>& model, const Ten
   const std::vector<Index> limit = detail::output_limits(src, pad, opts);
   const Index max_len = *std::max_element(limit.begin(), limit.end());
 
+  detail::check_decode_memory(model.config().decoder_layers, model.config().d_model, B, false, 1,
+                              src.size(1), std::max<Index>(max_len, 1), sizeof(T));
   const Tensor<T>& memory = model.encode(src);
   DecoderCache<T> cache = model.make_decoder_cache(B, std::max<Index>(max_len, 1));
 

@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "attn/error.hpp"
 #include "attn/kernels/gemm.hpp"
 #include "attn/nn/layer_options.hpp"
 #include "attn/nn/module.hpp"
+#include "attn/parallel.hpp"
 #include "attn/tensor.hpp"
 
 namespace attn {
@@ -96,6 +99,56 @@ inline std::vector<Index> output_limits(const Tensor<TokenId>& src, TokenId pad,
   std::vector<Index> limit = source_lengths(src, pad);
   for (Index& l : limit) l += opts.max_extra_length;
   return limit;
+}
+
+/// The key/value caches a decoding call holds, and what this process may have, in bytes.
+struct DecodeMemory {
+  double caches = 0;
+  double available = 0;  // memory_limit_bytes(); 0 if the system does not say
+  bool fits() const { return available <= 0 || caches <= available; }
+};
+
+/// The caches decoding `sentences` sources of `src_len` tokens into outputs of up to `max_len`
+/// holds at their largest, in elements of `element_bytes`, for a decoder of `layers` layers of
+/// width `d_model`. Greedy decoding: per sentence, each layer's self-attention keys and values for
+/// max_len positions and its cross-attention's for src_len. Beam search of `beam_size` rows per
+/// sentence: the same for the first step's sentence rows; for the beam rows, also the staging copy
+/// KVCache::reorder keeps (a third array), and the memory repeated per beam row. Checked before
+/// the caches are allocated: a batch times a beam times the output length can ask for more than
+/// the machine holds (beam 256 over 32 sentences with +4096 tokens is hundreds of GiB for a base
+/// model), and an allocation that large either throws std::bad_alloc, which names nothing, or is
+/// granted page by page until the kernel's OOM killer ends the process.
+inline DecodeMemory decode_memory(Index layers, Index d_model, Index sentences, bool beam_search,
+                                  Index beam_size, Index src_len, Index max_len,
+                                  std::size_t element_bytes) {
+  const double row = static_cast<double>(element_bytes) * static_cast<double>(d_model);
+  const double per_layer_row =
+      2 * row * (static_cast<double>(max_len) + static_cast<double>(src_len));
+  const double n = static_cast<double>(sentences), beams = n * static_cast<double>(beam_size);
+  DecodeMemory m;
+  m.caches = static_cast<double>(layers) * per_layer_row * n;
+  if (beam_search)
+    m.caches += static_cast<double>(layers) * per_layer_row * 1.5 * beams +
+                beams * static_cast<double>(src_len) * row;
+  m.available = memory_limit_bytes();
+  return m;
+}
+
+/// ConfigError unless decode_memory's caches fit in what this process may have. The message
+/// ends with `remedy`, what to lower (a program names its flags).
+inline void check_decode_memory(
+    Index layers, Index d_model, Index sentences, bool beam_search, Index beam_size, Index src_len,
+    Index max_len, std::size_t element_bytes,
+    const char* remedy =
+        "decode fewer sentences at a time, or lower beam_size or max_extra_length") {
+  const DecodeMemory m = decode_memory(layers, d_model, sentences, beam_search, beam_size, src_len,
+                                       max_len, element_bytes);
+  const double gib = std::ldexp(1.0, 30);
+  ATTN_CHECK(m.fits(), ConfigError, "decode: ", sentences, " sentences x ",
+             beam_search ? beam_size : 1, " beam rows, sources of up to ", src_len,
+             " tokens and outputs of up to ", max_len, " need ", m.caches / gib,
+             " GiB of key/value caches, more than the ", m.available / gib,
+             " GiB this process may have: ", remedy);
 }
 
 /// Puts `model` in eval mode for the lifetime of the guard, then restores its mode; keeps packed

@@ -89,6 +89,12 @@ struct DecoderCache {
   }
   /// Target positions decoded so far.
   Index length() const { return layers.empty() ? 0 : layers.front().self.length; }
+  /// The bytes every layer's caches hold (KVCache::bytes).
+  double bytes() const {
+    double sum = 0;
+    for (const auto& l : layers) sum += l.self.bytes() + l.cross.bytes();
+    return sum;
+  }
 };
 
 template <class T>

@@ -35,6 +35,10 @@ struct KVCache {
   void clear() { length = 0; }
 
   bool allocated() const { return keys.rank() == 3; }
+  /// The bytes this cache holds: keys, values and reorder()'s staging copy.
+  double bytes() const {
+    return static_cast<double>(keys.numel() + values.numel() + scratch_.numel()) * sizeof(T);
+  }
   Index batch() const { return allocated() ? keys.size(0) : 0; }
   Index capacity() const { return allocated() ? keys.size(1) : 0; }
 
