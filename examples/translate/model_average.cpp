@@ -23,6 +23,7 @@ namespace {
 /// by translate and --resume; average used to write one without a word.
 void check_finite_average(const std::vector<NamedParameter<float>>& params,
                           const std::vector<std::string>& inputs, const std::string& output) {
+  const LoadOptions options = model_file_options(params);  // as the average read them
   for (const auto& p : params) {
     const float* avg = p.value.data();
     Index bad = 0;
@@ -30,7 +31,9 @@ void check_finite_average(const std::vector<NamedParameter<float>>& params,
     if (bad == p.value.numel()) continue;
     std::string source = "no input holds one there";
     for (const std::string& input : inputs) {
-      const float x = load_safetensors(input).tensor<float>(p.name).data()[bad];
+      const float x = load_safetensors(input, detail::model_tensors_check(params, options))
+                          .tensor<float>(p.name)
+                          .data()[bad];
       if (std::isfinite(x)) continue;
       source = detail::concat(input, " holds ", x, " there");
       break;
@@ -49,20 +52,20 @@ void average_files(const std::vector<std::string>& inputs, const std::string& ou
   // state, step, RNG and data position, of one checkpoint).
   TransformerConfig config;
   std::map<std::string, std::string> keep;
-  {  // released before the average reads the inputs: one checkpoint in memory at a time, not two
-    const SafetensorsFile first = load_safetensors(inputs.front());
+  {  // only the header: the average reads the tensors, one checkpoint in memory at a time
+    const SafetensorsFile first = read_safetensors_header(inputs.front());
     config = config_from_model_file(first);
     keep = attn::detail::metadata_with_prefixes(first.metadata(), kModelMetadataPrefixes);
   }
   Transformer<float> model(config);
-  average_checkpoints(inputs, model.parameters(), LoadOptions{kTrainingStatePrefixes},
+  average_checkpoints(inputs, model.parameters(), model_file_options(model.parameters()),
                       kModelMetadataPrefixes);
   check_finite_average(model.parameters(), inputs, output);
   keep["averaged_from"] = std::to_string(inputs.size());
   save_model(output, model, keep);
 }
 
-std::vector<std::string> average_last(const std::string& dir, int n) {
+std::vector<std::string> average_last(const std::string& dir, int n, const std::string& output) {
   ATTN_CHECK(n >= 1, ConfigError, "average: --last must be >= 1, got ", n);
   // A trainer at work in `dir` removes its oldest checkpoint as it writes a new one, so one listed
   // here may be gone when it is read (13 of 70 runs against a trainer saving every update): then

@@ -34,6 +34,12 @@ void store_vocab_metadata(const SubwordVocab& vocab, Metadata& m) {
   m[kVocabHashKey] = std::to_string(fp.hash);
 }
 
+LoadOptions model_file_options(const std::vector<NamedParameter<float>>& params) {
+  std::size_t bytes = 0;
+  for (const auto& p : params) bytes += static_cast<std::size_t>(p.value.numel()) * sizeof(float);
+  return LoadOptions{kTrainingStatePrefixes, false, 2 * bytes};
+}
+
 TransformerConfig model_config(const SafetensorsFile& file, const SubwordVocab& vocab) {
   check_vocab_metadata(file.metadata(), vocab, file.path());
   const TransformerConfig c = config_from_model_file(file);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <attn/nn/transformer.hpp>
+#include <attn/train/checkpoint.hpp>
 #include <attn/train/safetensors.hpp>
 
 #include "bpe.hpp"
@@ -27,6 +28,12 @@ inline constexpr const char* kVocabHashKey = "vocab.hash";
 /// The prefixes of the keys above and the config's: the model's identity, the same in every
 /// checkpoint of one run, and all an averaged model keeps (not one checkpoint's training state).
 inline const std::vector<std::string> kModelMetadataPrefixes = {"config.", "vocab.", "translate."};
+
+/// How attn-translate reads a model file or a training checkpoint as a model of `params`: the
+/// training state is skipped, and may hold at most the bytes of Adam's two moments (twice the
+/// parameters'; the trainer writes no "extra." tensors), so that a file declaring more is refused
+/// before it is read.
+LoadOptions model_file_options(const std::vector<NamedParameter<float>>& params);
 
 /// Writes vocab.size and vocab.hash: the fingerprint of the vocabulary the model is trained with.
 void store_vocab_metadata(const SubwordVocab& vocab, Metadata& m);

@@ -289,7 +289,8 @@ std::vector<std::string> Trainer::skipped_checkpoints() const {
 }
 
 void Trainer::resume_from(const std::string& path) {
-  const SafetensorsFile file = load_safetensors(path);
+  // The header alone: load_training_checkpoint reads the tensors once the metadata passed.
+  const SafetensorsFile file = read_safetensors_header(path);
   const auto& meta = file.metadata();
   const TransformerConfig config = model_config(file, vocab_);
   restore_options(opt_, meta, path);
@@ -302,7 +303,8 @@ void Trainer::resume_from(const std::string& path) {
   curves_ = restore_curves(meta, path);
   const LogWindowState log_window =
       restore_log_window(meta, path, static_cast<Index>(detail::kMaxCheckpointSteps));
-  load_training_checkpoint(path, model_->parameters(), *adam_, model_->random_state());
+  load_training_checkpoint(path, model_->parameters(), *adam_, model_->random_state(),
+                           /*max_extra_bytes=*/0);  // the trainer writes none
   check_finite_parameters(model_->parameters(), path);
   // Each within its range (restore_options), but also the one schedule a run could have saved.
   ATTN_CHECK(opt_.cooldown == 0 ? opt_.cooldown_end == 0

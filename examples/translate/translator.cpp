@@ -66,12 +66,17 @@ std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
 Translator::Translator(const std::string& dir) : vocab_(SubwordVocab::load(dir)) {
   vocab_.check_directory(dir);
   const std::string file = model_file(dir);
-  const SafetensorsFile weights = load_safetensors(file);
-  // Every value of the metadata is checked before the model it describes is built.
-  const TransformerConfig config = model_config(weights, vocab_);
-  max_len_ = model_max_len(weights);
-  model_ = std::make_unique<Transformer<float>>(config);
-  load_model(weights, model_->parameters(), LoadOptions{kTrainingStatePrefixes});
+  LoadOptions options;
+  // Every value of the metadata is checked before the model it describes is built, and the
+  // tensors the header declares before they are read.
+  const SafetensorsFile weights = load_safetensors(file, [&](const SafetensorsFile& header) {
+    const TransformerConfig config = model_config(header, vocab_);
+    max_len_ = model_max_len(header);
+    model_ = std::make_unique<Transformer<float>>(config);
+    options = model_file_options(model_->parameters());
+    detail::validate_model_tensors(header, model_->parameters(), options);
+  });
+  load_model(weights, model_->parameters(), options);
   check_finite_parameters(model_->parameters(), file);
   model_->eval();
 }

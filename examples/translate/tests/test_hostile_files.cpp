@@ -6,6 +6,7 @@
 // test_corpora.cpp and test_batching.cpp.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -15,6 +16,7 @@
 
 #include "model_dir.hpp"
 #include "safetensors_edit.hpp"
+#include "safetensors_testing.hpp"
 #include "sanitizers.hpp"
 #include "train_state.hpp"
 #include "trainer.hpp"
@@ -60,6 +62,36 @@ TEST_F(HostileFiles, AModelFileLongerThanItsHeaderSaysIsRefusedBeforeItIsRead) {
   expect_cli_error(translate(m, "ulimit -v 2000000; "),
                    {file + ": the tensors cover ", "bytes but the data buffer holds ",
                     "(trailing bytes or truncated file)"});
+}
+
+TEST_F(HostileFiles, TensorsOutsideTheModelAreRefusedBeforeTheyAreRead) {
+  // Declared in the header over a sparse hole, so that the tensors still tile the file: a name the
+  // model does not have was refused only once the file had been read whole, and the training
+  // state translate skips (adam.*, extra.*) was read whatever its size (1 GiB: 1.06 GB resident).
+  // Under a 2 GB address space, reading the 4 GiB would fail with std::bad_alloc.
+  if (attn::testing::kSanitized)
+    GTEST_SKIP() << "address-space limits do not work under ASan or TSan";
+  const std::uint64_t hole = std::uint64_t{4} << 30;
+  {
+    const std::string m = path("junk");
+    fs::copy(suite_dir_ / "model", m, fs::copy_options::recursive);
+    const std::string file = m + "/model.safetensors";
+    attn::testing::append_sparse_tensor(file, "junk", hole);
+    expect_cli_error(translate(m, "ulimit -v 2000000; "),
+                     {file + " has unexpected tensor junk [4294967296], which is not a parameter"});
+  }
+  const std::string m = model_copy(), file = m + "/model.safetensors";
+  attn::testing::append_sparse_tensor(file, "extra.pad", hole);
+  const std::string outside =
+      ": its tensors outside the model, up to extra.pad, hold 4294967296 "
+      "bytes, more than the ";
+  expect_cli_error(translate(m, "ulimit -v 2000000; "), {file + outside});
+  const std::string out = path("avg.safetensors");
+  expect_cli_error(run_command(std::string("ulimit -v 2000000; ") + ATTN_TRANSLATE_BIN +
+                                   " average --threads 1 --inputs " + file + " --output " + out,
+                               dir_),
+                   {file + outside});
+  EXPECT_FALSE(fs::exists(out));
 }
 
 TEST_F(HostileFiles, ANulByteInTheHeaderIsRefused) {

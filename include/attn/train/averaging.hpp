@@ -68,8 +68,7 @@ void average_checkpoints(const std::vector<std::string>& paths,
   for (const auto& p : params) sum.push_back(Eigen::VectorXd::Zero(p.value.numel()));
   std::map<std::string, std::string> first_metadata;
   for (const auto& path : paths) {
-    const SafetensorsFile file = load_safetensors(path);
-    detail::validate_model_tensors(file, params, opt);
+    const SafetensorsFile file = load_safetensors(path, detail::model_tensors_check(params, opt));
     const auto metadata = detail::metadata_with_prefixes(file.metadata(), same_metadata);
     if (&path == &paths.front()) first_metadata = metadata;
     detail::check_same_metadata(first_metadata, metadata, paths.front(), path);

@@ -33,6 +33,11 @@ struct LoadOptions {
   std::vector<std::string> ignore_prefixes;
   /// Accept any tensor of the file that is not a parameter.
   bool allow_unexpected = false;
+  /// The most bytes the tensors skipped (under ignore_prefixes, or any with allow_unexpected) may
+  /// hold together: a file declaring more is refused before it is read (a training checkpoint's
+  /// Adam moments are twice its parameters' bytes; an "extra." tensor declared 1 TB long over a
+  /// sparse hole was read whole).
+  std::size_t max_ignored_bytes = std::numeric_limits<std::size_t>::max();
 };
 
 /// The prefixes of the non-model tensors of a training checkpoint.
@@ -77,14 +82,29 @@ void validate_model_tensors(const SafetensorsFile& file,
     check_checkpoint_tensor(file, p.name, p.value);
     expected.insert(p.name);
   }
-  if (opt.allow_unexpected) return;
+  std::size_t ignored_bytes = 0;
   for (const auto& name : file.names()) {
     if (expected.count(name) || known.count(name)) continue;
-    bool ignored = false;
+    bool ignored = opt.allow_unexpected;
     for (const auto& prefix : opt.ignore_prefixes) ignored = ignored || has_prefix(name, prefix);
     ATTN_CHECK(ignored, FormatError, "checkpoint ", file.path(), " has unexpected tensor ", name,
                " ", shape_str(file.info(name).shape), ", which is not a parameter of the model");
+    ignored_bytes += file.info(name).end - file.info(name).begin;  // tiling: no overflow
+    ATTN_CHECK(ignored_bytes <= opt.max_ignored_bytes, FormatError, "checkpoint ", file.path(),
+               ": its tensors outside the model, up to ", name, ", hold ", ignored_bytes,
+               " bytes, more than the ", opt.max_ignored_bytes, " allowed");
   }
+}
+
+/// A header check for load_safetensors: the file holds every parameter and what `opt` allows
+/// besides, so that nothing is read of a file that would be refused. Holds copies (the parameters
+/// as handles), so it may outlive its arguments.
+template <class T>
+auto model_tensors_check(const std::vector<NamedParameter<T>>& params, const LoadOptions& opt,
+                         std::unordered_set<std::string> known = {}) {
+  return [params, opt, known = std::move(known)](const SafetensorsFile& header) {
+    validate_model_tensors(header, params, opt, known);
+  };
 }
 
 /// Metadata `key` of a training checkpoint as an integer of [0, max]; FormatError naming the file
@@ -154,7 +174,7 @@ template <class T>
 std::map<std::string, std::string> load_model(const std::string& path,
                                               const std::vector<NamedParameter<T>>& params,
                                               const LoadOptions& opt = {}) {
-  return load_model(load_safetensors(path), params, opt);
+  return load_model(load_safetensors(path, detail::model_tensors_check(params, opt)), params, opt);
 }
 template <class T>
 std::map<std::string, std::string> load_model(const std::string& path, Module<T>& model,
@@ -197,26 +217,29 @@ AtomicWriteResult save_training_checkpoint(const std::string& path,
 
 /// Restores what save_training_checkpoint wrote: parameter values, Adam's moments and step
 /// count, and `rng`. Every parameter and moment must be present with its dtype and shape, and the
-/// file must hold nothing else outside "extra."; otherwise FormatError, and nothing is modified.
+/// file must hold nothing else outside "extra." (at most `max_extra_bytes` there); otherwise
+/// FormatError, and nothing is modified. The tensors are read only once the header passed.
 template <class T>
-TrainingCheckpoint load_training_checkpoint(const std::string& path,
-                                            const std::vector<NamedParameter<T>>& params,
-                                            Adam<T>& adam, RandomState& rng) {
+TrainingCheckpoint load_training_checkpoint(
+    const std::string& path, const std::vector<NamedParameter<T>>& params, Adam<T>& adam,
+    RandomState& rng, std::size_t max_extra_bytes = std::numeric_limits<std::size_t>::max()) {
   // Everything is read and checked before anything is modified: a bad file leaves the
   // parameters, Adam and `rng` as they were.
-  TrainingCheckpoint out;
-  out.file = load_safetensors(path);
-  const SafetensorsFile& file = out.file;
-  const auto steps =
-      static_cast<Index>(detail::parse_u64(file, "step", detail::kMaxCheckpointSteps));
-  const std::uint64_t seed = detail::parse_u64(file, "rng_seed");
-  const std::uint64_t counter = detail::parse_u64(file, "rng_counter");
   std::unordered_set<std::string> known;
-  for (const auto& s : adam.state()) {
-    detail::check_checkpoint_tensor(file, "adam." + s.name, s.value);
-    known.insert("adam." + s.name);
-  }
-  detail::validate_model_tensors(file, params, LoadOptions{{"extra."}, false}, known);
+  for (const auto& s : adam.state()) known.insert("adam." + s.name);
+  const LoadOptions extra{{"extra."}, false, max_extra_bytes};
+  Index steps = 0;
+  std::uint64_t seed = 0, counter = 0;
+  TrainingCheckpoint out;
+  out.file = load_safetensors(path, [&](const SafetensorsFile& header) {
+    steps = static_cast<Index>(detail::parse_u64(header, "step", detail::kMaxCheckpointSteps));
+    seed = detail::parse_u64(header, "rng_seed");
+    counter = detail::parse_u64(header, "rng_counter");
+    for (const auto& s : adam.state())
+      detail::check_checkpoint_tensor(header, "adam." + s.name, s.value);
+    detail::validate_model_tensors(header, params, extra, known);
+  });
+  const SafetensorsFile& file = out.file;
   std::vector<NamedTensor<T>> state;
   for (const auto& s : adam.state()) state.push_back({s.name, file.tensor<T>("adam." + s.name)});
   for (const auto& s : state) detail::check_adam_moment(s, path);

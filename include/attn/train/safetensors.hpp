@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -92,15 +93,20 @@ class SafetensorsFile {
     ATTN_CHECK(it != infos_.end(), FormatError, path_, ": no tensor named '", name, "'");
     return it->second;
   }
-  /// The tensor's raw bytes (info(name).end - begin of them).
+  /// Whether the tensors' bytes were read (false for read_safetensors_header's files).
+  bool has_data() const { return !buffer_.empty(); }
+  /// The tensor's raw bytes (info(name).end - begin of them); StateError without has_data().
   const unsigned char* bytes(const std::string& name) const {
-    return buffer_.data() + data_start_ + info(name).begin;
+    const TensorInfo& ti = info(name);
+    ATTN_CHECK(has_data(), StateError, path_, ": only the header was read, not tensor ", name);
+    return buffer_.data() + data_start_ + ti.begin;
   }
 
   /// A copy of tensor `name` as Tensor<T>; FormatError unless its dtype is dtype_of<T>().
   template <class T>
   Tensor<T> tensor(const std::string& name) const {
     const TensorInfo& ti = info(name);
+    ATTN_CHECK(has_data(), StateError, path_, ": only the header was read, not tensor ", name);
     ATTN_CHECK(ti.dtype == dtype_of<T>(), FormatError, path_, ": tensor ", name, " has dtype ",
                ti.dtype, ", expected ", dtype_of<T>());
     ATTN_CHECK(ti.shape.size() <= static_cast<std::size_t>(Shape::kMaxRank), FormatError, path_,
@@ -114,7 +120,11 @@ class SafetensorsFile {
  private:
   friend SafetensorsFile parse_safetensors(std::vector<unsigned char> bytes,
                                            const std::string& path);
-  friend SafetensorsFile load_safetensors(const std::string& path);
+  friend SafetensorsFile load_safetensors(
+      const std::string& path, const std::function<void(const SafetensorsFile&)>& check_header);
+  friend SafetensorsFile read_safetensors_header(const std::string& path);
+  static SafetensorsFile indexed(const RegularFile& file, const std::string& path,
+                                 std::vector<unsigned char>& head);
   void index(const unsigned char* head, std::size_t file_size);
   void index_tensors(detail::SafetensorsHeader header, std::size_t data_size);
 
@@ -306,15 +316,12 @@ inline SafetensorsFile parse_safetensors(std::vector<unsigned char> bytes,
   return f;
 }
 
-/// Reads and validates the whole file. IOError naming the path if it cannot be read or is not a
-/// regular file (RegularFile), or does not fit in memory; FormatError if its content is not a
-/// well-formed safetensors file. The header is read and checked first, and the rest only once the
-/// tensors it declares tile it exactly: a model file extended by a sparse hole of 2 GB was read
-/// whole (2.1 GB resident, 10 s) before it was refused, one of 1 TB ended in std::bad_alloc.
-inline SafetensorsFile load_safetensors(const std::string& path) {
-  const RegularFile file(path, std::numeric_limits<std::size_t>::max());
+/// Reads the header of `file` (opened at `path`) into `head` and indexes it: the file as
+/// read_safetensors_header returns it.
+inline SafetensorsFile SafetensorsFile::indexed(const RegularFile& file, const std::string& path,
+                                                std::vector<unsigned char>& head) {
   const std::size_t size = file.size();
-  std::vector<unsigned char> head(std::min<std::size_t>(size, 8));
+  head.resize(std::min<std::size_t>(size, 8));
   file.read_next(head.data(), head.size());
   if (size >= 8) {
     const std::uint64_t n = detail::header_length(head.data());
@@ -326,6 +333,36 @@ inline SafetensorsFile load_safetensors(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
   f.index(head.data(), size);
+  return f;
+}
+
+/// The file's header, checked as load_safetensors checks it (the tensors it declares tile the
+/// rest of the file exactly), without reading the tensors: names(), info() and metadata() answer,
+/// bytes() and tensor() throw StateError. For what a file says about itself (a model's
+/// configuration) before deciding to read it.
+inline SafetensorsFile read_safetensors_header(const std::string& path) {
+  const RegularFile file(path, std::numeric_limits<std::size_t>::max());
+  std::vector<unsigned char> head;
+  return SafetensorsFile::indexed(file, path, head);
+}
+
+/// Reads and validates the whole file. IOError naming the path if it cannot be read or is not a
+/// regular file (RegularFile), or does not fit in memory; FormatError if its content is not a
+/// well-formed safetensors file. The header is read and checked first, and the rest only once the
+/// tensors it declares tile it exactly: a model file extended by a sparse hole of 2 GB was read
+/// whole (2.1 GB resident, 10 s) before it was refused, one of 1 TB ended in std::bad_alloc.
+/// `check_header`, if given, is called with the file as read_safetensors_header returns it, before
+/// the tensors are read: it throws to refuse a file whose names, shapes or sizes the caller would
+/// refuse anyway (a tensor the model does not have, declared 1 TB long over a sparse hole, was
+/// read whole before load_model refused its name).
+inline SafetensorsFile load_safetensors(
+    const std::string& path,
+    const std::function<void(const SafetensorsFile&)>& check_header = nullptr) {
+  const RegularFile file(path, std::numeric_limits<std::size_t>::max());
+  const std::size_t size = file.size();
+  std::vector<unsigned char> head;
+  SafetensorsFile f = SafetensorsFile::indexed(file, path, head);
+  if (check_header) check_header(f);
   try {
     f.buffer_.resize(size);
   } catch (const std::bad_alloc&) {
