@@ -80,7 +80,7 @@ std::vector<std::string> average_last(const std::string& dir, int n, const std::
     for (std::size_t i = ckpts.size() - static_cast<std::size_t>(n); i < ckpts.size(); ++i)
       paths.push_back(ckpts[i].second);
     try {
-      average_files(paths, final_model_path(dir));
+      average_files(paths, output.empty() ? final_model_path(dir) : output);
       return paths;
     } catch (const IOError&) {
       const auto gone = [](const std::string& p) {

@@ -13,7 +13,9 @@ namespace attn::translate {
 /// failure leaves `output` alone.
 void average_files(const std::vector<std::string>& inputs, const std::string& output);
 
-/// Averages the last `n` checkpoints of `dir` into dir/model.safetensors; returns their paths.
-std::vector<std::string> average_last(const std::string& dir, int n);
+/// Averages the last `n` checkpoints of `dir` into `output` (empty: dir/model.safetensors);
+/// returns their paths.
+std::vector<std::string> average_last(const std::string& dir, int n,
+                                      const std::string& output = "");
 
 }  // namespace attn::translate

@@ -18,6 +18,7 @@
 
 #include "corpus_io.hpp"
 #include "gettext_corpus.hpp"
+#include "model_dir.hpp"  // list_checkpoints
 #include "trainer.hpp"
 #include "translate_fixture.hpp"
 #include "translator.hpp"
@@ -244,6 +245,27 @@ TEST_F(Cli, TrainResumeTranslateEvaluateAverage) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.err, "averaged 2 checkpoints")) << r.err;
   EXPECT_FALSE(read_file(a + "/model.safetensors") == read_file(b + "/model.safetensors"));
+}
+
+// `average --last N --output F` writes the average to F and leaves the directory's model alone;
+// a flag of the other form is refused, not ignored (--output was, and the average replaced the
+// directory's model.safetensors).
+TEST_F(Cli, AverageWritesItsOutputAndRefusesAFlagItWouldIgnore) {
+  const std::string dir = model_copy(), out = path("last.safetensors");
+  const std::string model_before = read_file(dir + "/model.safetensors");
+  CliResult r = run("average --model-dir " + dir + " --last 1 --output " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "averaged 1 checkpoints into " + out)) << r.err;
+  EXPECT_TRUE(read_file(dir + "/model.safetensors") == model_before);
+  // The same checkpoint given by name averages to the same bytes.
+  const std::string ckpt = tr::list_checkpoints(dir).back().second, named = path("named");
+  r = run("average --inputs " + ckpt + " --output " + named);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(read_file(out).empty());
+  EXPECT_TRUE(read_file(out) == read_file(named));
+  r = run("average --model-dir " + dir + " --inputs " + ckpt + " --output " + path("both"));
+  expect_error(r, {"--model-dir goes with --last, not with --inputs", dir});
+  EXPECT_FALSE(fs::exists(path("both")));
 }
 
 // --no-eval, for timing runs: training ends after its updates, without the validation and the
