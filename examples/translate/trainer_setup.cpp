@@ -51,12 +51,12 @@ std::vector<std::string> both_sides(const ParallelCorpus& c) {
 // The sources BLEU translates (validation, test) are encoded whole, unlike training pairs that
 // can be left out: a line too long in bytes to encode (bpe.hpp) is refused before anything is
 // trained, not met when the test set is translated at the end. Lines longer than max_len tokens
-// are translated, the positions extended.
+// are translated, the positions extended. The validation sources are encoded under --no-eval too
+// (attention.svg draws one of them), and were then encoded whatever their length.
 void check_bleu_sources(const TrainOptions& o, const CorpusSplit& data) {
-  if (!o.evaluate) return;
   for (const auto& [set, lines] :
        {std::pair{"validation", &data.valid.src}, std::pair{"test", &data.test.src}})
-    for (std::size_t i = 0; i < lines->size(); ++i)
+    for (std::size_t i = 0; i < lines->size() && (o.evaluate || lines == &data.valid.src); ++i)
       ATTN_CHECK(!too_long_to_encode((*lines)[i], o.max_len), DataError, "the ", set,
                  " set's source line ", i + 1, " has ", (*lines)[i].size(),
                  " bytes, more than the ", kMaxBytesPerToken, " per subword token of --max-len ",

@@ -185,7 +185,9 @@ TEST_F(Pipeline, OverlongTrainingPairsAreCountedOrRefused) {
   EXPECT_EQ(t.skipped_pairs(), 2u);
 
   // The sources that BLEU translates are checked before anything is trained, not when the test
-  // set is translated at the end; without evaluation they are not translated, and not refused.
+  // set is translated at the end. Without evaluation the test set is not translated, and not
+  // refused; the validation sources are still encoded (attention.svg draws the first), and
+  // refused.
   tr::CorpusSplit e = split();
   e.test.src[3] = std::string(1 << 20, ' ');
   const std::string test =
@@ -195,13 +197,16 @@ TEST_F(Pipeline, OverlongTrainingPairsAreCountedOrRefused) {
                        "per subword token of --max-len 32"))
       << test;
   EXPECT_FALSE(fs::exists(path("c") + "/spm.model"));
-  e.valid.src[1] = e.test.src[3];
-  const std::string valid =
-      error_of<attn::DataError>([&] { tr::Trainer u(tiny_options(path("d")), e); });
-  EXPECT_TRUE(contains(valid, "the validation set's source line 2 has 1048576 bytes")) << valid;
   tr::TrainOptions no_eval = tiny_options(path("e"));
   no_eval.evaluate = false;
   EXPECT_NO_THROW(tr::Trainer u(no_eval, e));
+  e.valid.src[1] = e.test.src[3];
+  for (const bool evaluate : {true, false}) {
+    tr::TrainOptions o = tiny_options(path(evaluate ? "d" : "f"));
+    o.evaluate = evaluate;
+    const std::string valid = error_of<attn::DataError>([&] { tr::Trainer u(o, e); });
+    EXPECT_TRUE(contains(valid, "the validation set's source line 2 has 1048576 bytes")) << valid;
+  }
 
   for (auto& s : d.train.src) s = long_src;
   const std::string msg =
