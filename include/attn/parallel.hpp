@@ -144,8 +144,6 @@ inline void set_num_threads(int n) {
              thread_limit(), "], got ", n);
 #if defined(_OPENMP)
   detail::check_thread_stacks(n);
-#endif
-#if defined(_OPENMP)
   omp_set_num_threads(n);
 #endif
   Eigen::setNbThreads(1);
