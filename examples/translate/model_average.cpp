@@ -20,10 +20,11 @@ namespace {
 /// NumericError unless every value of the average in `params` is finite, naming the parameter,
 /// the element and the first of `inputs` that holds a non-finite value there: the mean of finite
 /// floats, summed in double, is finite, so one of them does. A model with a NaN weight is refused
-/// by translate and --resume; average used to write one without a word.
+/// by translate and --resume; average used to write one without a word. The inputs are read as
+/// the average read them (`options`).
 void check_finite_average(const std::vector<NamedParameter<float>>& params,
-                          const std::vector<std::string>& inputs, const std::string& output) {
-  const LoadOptions options = model_file_options(params);  // as the average read them
+                          const std::vector<std::string>& inputs, const LoadOptions& options,
+                          const std::string& output) {
   for (const auto& p : params) {
     const float* avg = p.value.data();
     Index bad = 0;
@@ -58,9 +59,9 @@ void average_files(const std::vector<std::string>& inputs, const std::string& ou
     keep = attn::detail::metadata_with_prefixes(first.metadata(), kModelMetadataPrefixes);
   }
   Transformer<float> model(config);
-  average_checkpoints(inputs, model.parameters(), model_file_options(model.parameters()),
-                      kModelMetadataPrefixes);
-  check_finite_average(model.parameters(), inputs, output);
+  const LoadOptions options = model_file_options(model.parameters());
+  average_checkpoints(inputs, model.parameters(), options, kModelMetadataPrefixes);
+  check_finite_average(model.parameters(), inputs, options, output);
   keep["averaged_from"] = std::to_string(inputs.size());
   save_model(output, model, keep);
 }

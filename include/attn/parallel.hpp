@@ -68,17 +68,22 @@ inline double physical_memory_bytes() {
                                      : 0.0;
 }
 
+/// This process's soft limit on `resource` (RLIMIT_AS, RLIMIT_DATA) in bytes; 0 if there is none.
+template <class Resource>
+double resource_limit_bytes(Resource resource) {
+  rlimit r{};
+  return ::getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY
+             ? static_cast<double>(r.rlim_cur)
+             : 0.0;
+}
+
 /// What this process may hold in memory: the machine's physical memory, or less under an
 /// address-space or data-segment limit (RLIMIT_AS, RLIMIT_DATA; a container's cgroup limit is
 /// not read); 0 if the system does not say.
 inline double memory_limit_bytes() {
   double limit = physical_memory_bytes();
-  for (const auto resource : {RLIMIT_AS, RLIMIT_DATA}) {
-    rlimit r{};
-    if (::getrlimit(resource, &r) != 0 || r.rlim_cur == RLIM_INFINITY) continue;
-    const auto cur = static_cast<double>(r.rlim_cur);
-    limit = limit > 0 ? std::min(limit, cur) : cur;
-  }
+  for (const double cur : {resource_limit_bytes(RLIMIT_AS), resource_limit_bytes(RLIMIT_DATA)})
+    if (cur > 0) limit = limit > 0 ? std::min(limit, cur) : cur;
   return limit;
 }
 
@@ -118,11 +123,7 @@ inline void check_thread_stacks(int n) {
   const char* variable = nullptr;
   const double stack = openmp_stack_bytes(variable);
   if (n <= 1 || stack <= 0) return;
-  const double memory = physical_memory_bytes();
-  rlimit as{};
-  const double address_space = ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY
-                                   ? static_cast<double>(as.rlim_cur)
-                                   : 0.0;
+  const double memory = physical_memory_bytes(), address_space = resource_limit_bytes(RLIMIT_AS);
   const bool fits =
       (memory <= 0 || stack <= memory) && (address_space <= 0 || stack * (n - 1) <= address_space);
   const double gib = 1024.0 * 1024.0 * 1024.0;
