@@ -11,6 +11,7 @@
 
 #include <attn/decode/options.hpp>
 #include <attn/error.hpp>
+#include <attn/parallel.hpp>  // kMaxThreads
 
 namespace attn::translate {
 

@@ -28,9 +28,8 @@ void check_integers(CLI::App& app);
 /// errno to 0 before it writes and stops writing at the first failure (!std::cout).
 void check_stdout(const std::string& what);
 
-/// The most threads --threads takes: more than any machine this runs on has cores.
-inline constexpr int kMaxThreads = 256;
-/// --threads on `app`, bound to `threads` (one variable for the main app and every subcommand).
+/// --threads on `app` (at most attn::kMaxThreads), bound to `threads` (one variable for the main
+/// app and every subcommand).
 void add_threads(CLI::App* app, int& threads);
 
 /// Whether --threads was given, before or after the subcommand `sub`.

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <iostream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cli_common.hpp"
@@ -53,107 +54,37 @@ void add_data_flags(CLI::App* train, TrainDataFlags& f) {
       ->capture_default_str();
 }
 
-void add_model_flags(CLI::App* train, TrainOptions& t) {
-  train->add_option("--preset", t.preset, "model size")
-      ->capture_default_str()
+// Every flag of the option table (train_options.hpp), in its order: a bool is a switch unless it
+// takes a value ("!--no-eval" sets its field to false); --help shows every default.
+void add_option_flags(CLI::App* train, TrainOptions& t) {
+  t.visit_options([&](const OptionInfo& info, auto& field, const auto&) {
+    if (!info.cli || *info.flag == '\0') return;
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, bool>) {
+      if (!info.valued) {
+        const bool on = field != (info.flag[0] == '!');
+        train->add_flag(info.flag, field,
+                        std::string(info.help) + (on ? " (default: on)" : " (default: off)"));
+        return;
+      }
+    }
+    train->add_option(info.flag, field, info.help)->capture_default_str();
+  });
+  train->get_option("--model-dir")->required();
+  train->get_option("--preset")
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(TransformerConfig::kPresetNames),
                                                      std::end(TransformerConfig::kPresetNames))));
-  train->add_option("--d-model", t.d_model, "override d_model (0: preset)")->capture_default_str();
-  train->add_option("--layers", t.layers, "override encoder and decoder layers (0: preset)")
-      ->capture_default_str();
-  train->add_option("--heads", t.heads, "override attention heads (0: preset)")
-      ->capture_default_str();
-  train->add_option("--d-ff", t.d_ff, "override feed-forward width (0: preset)")
-      ->capture_default_str();
-  train->add_option("--dropout", t.dropout, "override P_drop (< 0: preset)")->capture_default_str();
-  train->add_flag("--norm-first", t.norm_first,
-                  "pre-norm: LayerNorm before each sublayer, not after the residual sum as "
-                  "in the paper (default: off)");
+  train->get_option("--no-eval")->excludes("--valid-every");
 }
 
-// The loss, the schedule and what one update sees: batches, their accumulation, the vocabulary
-// and the length limit.
-void add_optimisation_flags(CLI::App* train, TrainCommand& c) {
-  TrainOptions& t = c.options;
-  train->add_option("--label-smoothing", t.label_smoothing, "epsilon_ls")->capture_default_str();
-  train->add_option("--warmup", t.warmup, "warmup steps of the Noam schedule")
-      ->capture_default_str();
-  train->add_option("--lr-factor", t.lr_factor, "factor of the Noam schedule")
-      ->capture_default_str();
-  train
-      ->add_option("--cooldown", t.cooldown,
-                   "take the learning rate linearly toward zero over the last N updates of "
-                   "--steps, the last at 1/(N+1) of the schedule's (0: off; end the run by "
-                   "--steps, not --minutes)")
-      ->capture_default_str();
-  train
-      ->add_option("--clip-norm", t.clip_norm,
-                   "clip the global gradient norm to this before each update (0: off)")
-      ->capture_default_str()
-      ->check(finite_non_negative());
-  train->add_option("--max-tokens", t.max_tokens, "padded tokens per batch")->capture_default_str();
+// The flags of the command, not of the training: how an MPI job shares its batches and sums, and
+// what is shown at the end.
+void add_command_flags(CLI::App* train, TrainCommand& c) {
   train->add_flag("--max-tokens-per-rank", c.max_tokens_per_rank,
                   "under mpirun, --max-tokens is one rank's share of a batch, not the whole "
                   "batch (default: off)");
   train->add_flag("--no-overlap-allreduce", c.no_overlap_all_reduce,
                   "under mpirun, sum the gradients over the ranks after backward, not during it "
                   "(the same result; for comparison) (default: off)");
-  train
-      ->add_option("--tokens-per-update", t.tokens_per_update,
-                   "accumulate batches until this many target tokens (0: one batch)")
-      ->capture_default_str();
-  train->add_option("--vocab-size", t.vocab_size, "shared BPE vocabulary size")
-      ->capture_default_str();
-  train->add_option("--max-len", t.max_len, "subword tokens per side (longer pairs skipped)")
-      ->capture_default_str();
-  train
-      ->add_option("--bpe-dropout", t.bpe_dropout,
-                   "BPE-dropout: encode each epoch's training pairs afresh, each merge skipped "
-                   "with this probability, so that words also come in smaller pieces (0: off; "
-                   "0.1 in the paper)")
-      ->capture_default_str();
-}
-
-// How long training runs, and what it leaves in --model-dir.
-void add_run_flags(CLI::App* train, TrainOptions& t) {
-  train->add_option("--steps", t.steps, "stop after this many updates (0: no limit)")
-      ->capture_default_str();
-  train->add_option("--minutes", t.minutes, "stop after this wall time (0: no limit)")
-      ->capture_default_str();
-  train->add_option("--valid-every", t.valid_every, "validate every N updates (0: at the end)")
-      ->capture_default_str();
-  train
-      ->add_flag("!--no-eval", t.evaluate,
-                 "no validation and no test BLEU, during training or after it: for timing runs "
-                 "(default: off)")
-      ->excludes("--valid-every");
-  train
-      ->add_option("--checkpoint-every", t.checkpoint_every,
-                   "checkpoint every N updates (0: at the end)")
-      ->capture_default_str();
-  train->add_option("--keep", t.keep, "training checkpoints kept")->capture_default_str();
-  train
-      ->add_option("--average", t.average,
-                   "average the last N checkpoints into model.safetensors (0: last weights)")
-      ->capture_default_str();
-  train->add_option("--seed", t.seed, "initialisation, dropout and data order")
-      ->capture_default_str();
-  train->add_flag("--resume", t.resume,
-                  "continue from the newest checkpoint of --model-dir, with its training "
-                  "options (default: off)");
-}
-
-void add_report_flags(CLI::App* train, TrainCommand& c) {
-  TrainOptions& t = c.options;
-  train->add_option("--svg", t.svg, "write curves.svg and attention.svg")->capture_default_str();
-  train->add_option("--log-every", t.log_every, "progress line every N updates")
-      ->capture_default_str();
-  train
-      ->add_option("--bleu-sentences", t.bleu_sentences,
-                   "validation sentences decoded for BLEU (0: all)")
-      ->capture_default_str();
-  train->add_flag("--tokenize-none", t.tokenize_none,
-                  "BLEU on whitespace tokens, not 13a (default: off)");
   train->add_option("--show", c.show, "test translations printed at the end")
       ->capture_default_str();
 }
@@ -202,12 +133,9 @@ CLI::App* add_train(CLI::App& app, TrainCommand& c, int& threads) {
   CLI::App* train = app.add_subcommand(
       "train", "train a model (default data: the built-in English->German corpus)");
   add_threads(train, threads);
-  train->add_option("--model-dir", c.options.model_dir, "output directory")->required();
   add_data_flags(train, c.data);
-  add_model_flags(train, c.options);
-  add_optimisation_flags(train, c);
-  add_run_flags(train, c.options);
-  add_report_flags(train, c);
+  add_option_flags(train, c.options);
+  add_command_flags(train, c);
   c.app = train;
   return train;
 }

@@ -131,18 +131,18 @@ class MpiReplicas final : public Replicas {
   void barrier() override { detail::mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
   void agree_on_flags(TrainOptions& options) override {
-    const std::map<std::string, std::string> flags{
-        {"resume", options.resume ? "1" : "0"},
-        {"steps", std::to_string(options.steps)},
-        {"minutes", round_trip_text(options.minutes)},  // to_string keeps 6 decimals
-        {"max_tokens", std::to_string(options.max_tokens)},
-        {"max_tokens_per_rank", max_tokens_per_rank_ ? "1" : "0"},
-        {"overlap_allreduce", overlap_ ? "1" : "0"}};
+    std::map<std::string, std::string> flags{
+        {"--max-tokens-per-rank", max_tokens_per_rank_ ? "1" : "0"},
+        {"--no-overlap-allreduce", overlap_ ? "0" : "1"}};
+    std::string names;
+    options.visit_options([&](const OptionInfo& info, const auto& value, const auto&) {
+      if (!info.agreed) return;
+      flags[info.name()] = exact_text(value);
+      names += info.name() + ", ";
+    });
     try {
-      check_same_on_all_ranks(
-          fingerprint(flags),
-          "--resume, --steps, --minutes, --max-tokens, --max-tokens-per-rank or "
-          "--no-overlap-allreduce");
+      check_same_on_all_ranks(fingerprint(flags),
+                              names + "--max-tokens-per-rank or --no-overlap-allreduce");
     } catch (const ConfigError& e) {
       throw AgreedError(e.what());  // every rank saw the same fingerprints
     }

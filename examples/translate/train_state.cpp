@@ -17,12 +17,13 @@ namespace attn::translate {
 
 namespace {
 
-/// Metadata `key` as a T within [lo, hi].
+/// Metadata `key` as a T within `range`.
 template <class T>
-T bounded(const Metadata& m, const std::string& key, const std::string& file, T lo, T hi) {
+T bounded(const Metadata& m, const std::string& key, const std::string& file,
+          const Range<T>& range) {
   const T v = parse_number_or_throw<T>(metadata_value(m, key, file), file, "metadata " + key);
-  ATTN_CHECK(v >= lo && v <= hi, FormatError, file, ": metadata ", key, " = ", v, " is outside [",
-             lo, ", ", hi, "]");
+  ATTN_CHECK(range.contains(v), FormatError, file, ": metadata ", key, " = ", v, " must be ",
+             range.text());
   return v;
 }
 
@@ -52,22 +53,17 @@ static_assert(kMaxTranslateLength == Index(1) << 16,
               "TrainOptions::visit_saved bounds max_len by kMaxTranslateLength");
 
 void store_options(const TrainOptions& o, Metadata& m) {
-  o.visit_saved([&](const char* key, const auto& v, bool, auto, auto) {
-    if constexpr (std::is_floating_point_v<std::decay_t<decltype(v)>>)
-      m[key] = round_trip_text(v);
-    else
-      m[key] = std::to_string(v);
-  });
+  o.visit_saved([&](const char* key, const auto& v, bool, const auto&) { m[key] = exact_text(v); });
 }
 
 void restore_options(TrainOptions& o, const Metadata& m, const std::string& file) {
   TrainOptions r = o;  // nothing changes unless every value is good
-  r.visit_saved([&](const char* key, auto& v, bool required, auto lo, auto hi) {
+  r.visit_saved([&](const char* key, auto& v, bool required, const auto& range) {
     using V = std::decay_t<decltype(v)>;
     if (!required && !m.count(key))
       v = V{};  // a checkpoint from before the option existed: trained with it off
     else
-      v = bounded<V>(m, key, file, static_cast<V>(lo), static_cast<V>(hi));
+      v = bounded<V>(m, key, file, range);
   });
   o = r;
 }
@@ -139,7 +135,7 @@ LogWindowState restore_log_window(const Metadata& m, const std::string& file, In
                                              "metadata log.loss_sum");
   ATTN_CHECK(std::isfinite(w.loss_sum) && w.loss_sum >= 0, FormatError, file,
              ": metadata log.loss_sum = ", w.loss_sum, ", expected a finite sum of losses >= 0");
-  w.updates = bounded<Index>(m, "log.updates", file, 0, max_updates);
+  w.updates = bounded(m, "log.updates", file, option_rows::within(Index(0), max_updates));
   return w;
 }
 
@@ -165,7 +161,8 @@ DataPosition restore_data_position(const Metadata& m, const std::string& file,
   DataPosition p;
   p.epoch = parse_number_or_throw<std::uint64_t>(metadata_value(m, "data.epoch", file), file,
                                                  "metadata data.epoch");
-  p.batch = bounded<std::size_t>(m, "data.batch", file, 0, batches_in(p.epoch));
+  p.batch =
+      bounded(m, "data.batch", file, option_rows::within(std::size_t(0), batches_in(p.epoch)));
   return p;
 }
 

@@ -1,9 +1,10 @@
 // The training loop of attn-translate: vocabulary, batching, Adam with the paper's schedule,
 // gradient accumulation, progress output, validation (loss, perplexity, greedy BLEU), checkpoints
 // that resume bit-exactly (parameters, Adam moments, dropout RNG, step and data position) and the
-// final model (trainer.cpp; how it starts, afresh or resumed: trainer_setup.cpp). Beside it: what
-// a checkpoint's metadata holds (train_state.hpp), the model directory's files and policy
-// (model_dir.hpp), the progress line (progress.hpp) and the SVG reports (train_report.hpp).
+// final model (trainer.cpp; how it starts, afresh or resumed: trainer_setup.cpp). Beside it: its
+// options and their table (train_options.hpp), what a checkpoint's metadata holds
+// (train_state.hpp), the model directory's files and policy (model_dir.hpp), the progress line
+// (progress.hpp) and the SVG reports (train_report.hpp).
 #pragma once
 
 #include <chrono>
@@ -25,97 +26,13 @@
 #include "corpus_io.hpp"
 #include "model_dir.hpp"
 #include "progress.hpp"
+#include "train_options.hpp"
 #include "train_report.hpp"  // CurvePoint, LogWindowState
 #include "training_pairs.hpp"
 
 namespace attn::translate {
 
 class Replicas;  // distributed.hpp
-
-/// The most target tokens a batch (--max-tokens) or an update (--tokens-per-update) may hold.
-inline constexpr Index kMaxBatchTokens = Index(1) << 40;
-/// The largest --bpe-dropout: at 1 no merge is made and every word is spelled out in characters.
-inline constexpr double kMaxBpeDropout = 0.99;
-
-struct TrainOptions {
-  std::string model_dir;
-  std::string preset = "small";  ///< tiny | small | base | big
-  // Overrides of the preset; 0 (or < 0 for dropout) keeps the preset's value.
-  Index d_model = 0;
-  Index layers = 0;
-  Index heads = 0;
-  Index d_ff = 0;
-  double dropout = -1;
-  bool norm_first = false;  ///< pre-norm sublayers (LayerNorm before each sublayer) instead of post
-  double label_smoothing = 0.1;
-  Index warmup = 4000;
-  double lr_factor = 1.0;
-  Index cooldown = 0;       ///< the last N updates up to `steps` take the lr linearly to 0; 0: off
-  Index cooldown_end = 0;   ///< the `steps` the cooldown ends at: set when training starts
-  double clip_norm = 0;     ///< clip the global gradient norm to this before Adam; 0: off
-  Index max_tokens = 4096;  ///< per batch
-  Index tokens_per_update = 0;  ///< accumulate batches until this many target tokens; 0: one
-  int vocab_size = 8000;
-  Index max_len = 128;       ///< subword tokens per side; longer training pairs are skipped
-  double bpe_dropout = 0;    ///< each epoch's training pairs encoded with merges dropped; 0: off
-  Index steps = 0;           ///< stop after this many updates; 0: no limit
-  double minutes = 0;        ///< stop after this wall time; 0: no limit
-  Index valid_every = 1000;  ///< 0: only at the end
-  bool evaluate = true;      ///< false: no validation and no test BLEU at all (timing runs)
-  Index checkpoint_every = 1000;  ///< 0: only at the end
-  int keep = 5;                   ///< training checkpoints kept on disk
-  int average = 0;                ///< average the last N checkpoints into model.safetensors
-  int threads = 2;
-  std::uint64_t seed = 1;
-  bool resume = false;
-  bool svg = true;
-  bool tokenize_none = false;  ///< BLEU on whitespace tokens instead of 13a
-  Index bleu_sentences = 0;    ///< validation sentences decoded for BLEU; 0: all
-  Index log_every = 100;       ///< progress lines when stderr is not a terminal
-  bool quiet = false;          ///< no progress output (tests)
-
-  /// ConfigError naming the flag of the first option out of its range: the ranges of visit_saved
-  /// (which --resume also applies to a checkpoint's values) and the others'; without --resume also
-  /// a --cooldown longer than --steps and a --max-tokens below --max-len. The Trainer checks its
-  /// options with it before anything else; the CLI at once, before any data is read. The model
-  /// the options describe is make_config's to check.
-  void validate() const;
-
-  /// f(metadata key, field, required, lo, hi) for the options that change what training
-  /// computes: the one list that every checkpoint stores and --resume restores (refusing a value
-  /// outside [lo, hi]), so that a resumed run continues exactly as the interrupted one would have.
-  /// `required` is false for options added after checkpoints existed (absent: the value they were
-  /// trained with, the field's default off).
-  template <class F>
-  void visit_saved(F&& f) {
-    visit_saved_fields(*this, f);
-  }
-  template <class F>
-  void visit_saved(F&& f) const {
-    visit_saved_fields(*this, f);
-  }
-
- private:
-  template <class Self, class F>
-  static void visit_saved_fields(Self& o, F& f) {
-    constexpr Index kMaxIndex = std::numeric_limits<Index>::max();
-    constexpr double kHuge = std::numeric_limits<double>::max();
-    f("train.label_smoothing", o.label_smoothing, true, 0.0, 0.999999);
-    f("train.warmup", o.warmup, true, Index(1), kMaxIndex);
-    // > 0, as --lr-factor and noam_lr need: a checkpoint's 0 was taken, and the first update
-    // failed in noam_lr without naming the file.
-    f("train.lr_factor", o.lr_factor, true, std::numeric_limits<double>::min(), kHuge);
-    f("train.clip_norm", o.clip_norm, false, 0.0, kHuge);
-    f("train.bpe_dropout", o.bpe_dropout, false, 0.0, kMaxBpeDropout);
-    f("train.cooldown", o.cooldown, false, Index(0), kMaxIndex);
-    f("train.cooldown_end", o.cooldown_end, false, Index(0), kMaxIndex);
-    f("train.max_tokens", o.max_tokens, true, Index(1), kMaxBatchTokens);
-    f("train.tokens_per_update", o.tokens_per_update, true, Index(0), kMaxBatchTokens);
-    f("train.seed", o.seed, true, std::uint64_t(0), std::numeric_limits<std::uint64_t>::max());
-    // kMaxLenKey: the translator reads it too; kMaxTranslateLength (model_metadata.hpp) bounds it.
-    f("translate.max_len", o.max_len, true, Index(2), Index(1) << 16);  // BOS + a token
-  }
-};
 
 class Trainer {
  public:
@@ -229,9 +146,5 @@ class Trainer {
   };
   std::vector<SkippedCheckpoint> skipped_;  // newest first
 };
-
-/// Builds a TransformerConfig from the preset name and overrides; ConfigError for an unknown
-/// preset.
-TransformerConfig make_config(const TrainOptions& options, Index vocab);
 
 }  // namespace attn::translate

@@ -6,11 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
-#include <optional>
 #include <string>
 #include <utility>
 
@@ -92,32 +90,6 @@ std::unique_ptr<ModelDirLock> lock_model_dir(const TrainOptions& o) {
   return lock;
 }
 
-// ConfigError naming the flag unless the model of `c` is within ConfigLimits (as a model file's
-// must be) and its weights, gradients and Adam's two moments fit in this machine's memory.
-void check_model_size(const TransformerConfig& c) {
-  if (const std::optional<ConfigLimitBreach> b = config_limit_breach(c)) {
-    const std::pair<const char*, const char*> flag_of[] = {{"src_vocab", "--vocab-size"},
-                                                           {"tgt_vocab", "--vocab-size"},
-                                                           {"d_model", "--d-model"},
-                                                           {"heads", "--heads"},
-                                                           {"d_ff", "--d-ff"},
-                                                           {"encoder_layers", "--layers"},
-                                                           {"decoder_layers", "--layers"}};
-    std::string flag = b->field;
-    for (const auto& [field, name] : flag_of)
-      if (flag == field) flag = name;
-    throw ConfigError(detail::concat(flag, " ", b->value, " is more than the ", b->max,
-                                     " a model file may hold"));
-  }
-  const double gib = std::ldexp(1.0, 30);
-  const double needed = 16.0 * static_cast<double>(min_parameter_count(c));
-  const double memory = attn::detail::physical_memory_bytes();  // 0 if unknown: no check
-  ATTN_CHECK(memory <= 0 || needed <= memory, ConfigError, "a model of at least ",
-             min_parameter_count(c), " parameters needs ", needed / gib,
-             " GiB for its weights, gradients and Adam's moments, more than this machine's ",
-             memory / gib, " GiB (--d-model, --d-ff, --layers and --vocab-size set its size)");
-}
-
 // The options, once validate() accepted them: the Trainer's first member is initialised with them,
 // so nothing is locked, read or written for options that are refused.
 const TrainOptions& checked(const TrainOptions& o) {
@@ -126,73 +98,6 @@ const TrainOptions& checked(const TrainOptions& o) {
 }
 
 }  // namespace
-
-TransformerConfig make_config(const TrainOptions& o, Index vocab) {
-  TransformerConfig c = TransformerConfig::named(o.preset, vocab);
-  c.pad_id = SubwordVocab::kPad;
-  if (o.d_model > 0) c.d_model = o.d_model;
-  if (o.layers > 0) c.encoder_layers = c.decoder_layers = o.layers;
-  if (o.heads > 0) c.heads = o.heads;
-  if (o.d_ff > 0) c.d_ff = o.d_ff;
-  if (o.dropout >= 0) c.dropout = o.dropout;
-  if (o.norm_first) c.norm_first = true;
-  c.seed = o.seed;
-  c.validate();
-  check_model_size(c);
-  return c;
-}
-
-void TrainOptions::validate() const {
-  const TrainOptions& o = *this;
-  ATTN_CHECK(!o.model_dir.empty(), ConfigError, "train: --model-dir is required");
-  ATTN_CHECK(o.lr_factor > 0, ConfigError, "--lr-factor must be > 0, got ", o.lr_factor);
-  // Its own message, before the range below: it says what 0 means and refuses inf in words.
-  ATTN_CHECK(std::isfinite(o.clip_norm) && o.clip_norm >= 0, ConfigError,
-             "--clip-norm must be finite and >= 0 (0: off), got ", o.clip_norm);
-  // What a checkpoint stores, within the range --resume accepts from one ("train.max_tokens" is
-  // --max-tokens).
-  o.visit_saved([](const std::string& key, const auto& value, bool, auto lo, auto hi) {
-    if (key == "train.cooldown_end") return;  // the trainer's, from --steps: not a flag
-    std::string flag = "--" + key.substr(key.find('.') + 1);
-    std::replace(flag.begin(), flag.end(), '_', '-');
-    ATTN_CHECK(value >= lo && value <= hi, ConfigError, flag, " must be in [", lo, ", ", hi,
-               "], got ", value);
-  });
-  const struct {
-    const char* flag;
-    Index value;
-  } counts[] = {{"--d-model", o.d_model},
-                {"--layers", o.layers},
-                {"--heads", o.heads},
-                {"--d-ff", o.d_ff},
-                {"--steps", o.steps},
-                {"--valid-every", o.valid_every},
-                {"--checkpoint-every", o.checkpoint_every},
-                {"--average", o.average},
-                {"--log-every", o.log_every},
-                {"--bleu-sentences", o.bleu_sentences}};
-  for (const auto& c : counts)
-    ATTN_CHECK(c.value >= 0, ConfigError, c.flag, " must be >= 0 (0: see --help), got ", c.value);
-  ATTN_CHECK(!std::isnan(o.dropout), ConfigError, "--dropout must be a number, got NaN");
-  ATTN_CHECK(std::isfinite(o.minutes) && o.minutes >= 0, ConfigError,
-             "--minutes must be finite and >= 0 (0: no limit), got ", o.minutes);
-  ATTN_CHECK(o.keep >= 1, ConfigError, "--keep must be >= 1, got ", o.keep);
-  // Not left to the model's config, whose message named its own src_vocab.
-  ATTN_CHECK(o.vocab_size > 0, ConfigError, "--vocab-size must be > 0, got ", o.vocab_size);
-  ATTN_CHECK(o.vocab_size <= kMaxVocabSize, ConfigError, "--vocab-size ", o.vocab_size,
-             " is more than the ", kMaxVocabSize, " a vocabulary may have");
-  // A new run's --cooldown ends its learning rate at --steps, so it needs a --steps that many
-  // long; a resumed run's is the checkpoint's (checked against --steps once it is restored).
-  ATTN_CHECK(o.resume || o.cooldown == 0 || (o.steps > 0 && o.cooldown <= o.steps), ConfigError,
-             "--cooldown ", o.cooldown, " needs --steps of at least as many updates (the run's ",
-             "length, where the learning rate reaches zero), got --steps ", o.steps);
-  ATTN_CHECK(o.average <= o.keep, ConfigError, "--average ", o.average, " averages the last ",
-             o.average, " checkpoints, but --keep ", o.keep, " keeps only ", o.keep);
-  // A resumed run's --max-tokens and --max-len are its checkpoint's.
-  ATTN_CHECK(o.resume || o.max_tokens >= o.max_len, ConfigError, "--max-tokens ", o.max_tokens,
-             " must be at least --max-len ", o.max_len,
-             " so that a pair of the longest allowed length fits in a batch");
-}
 
 Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<Replicas> replicas)
     : opt_(checked(options)),

@@ -92,6 +92,8 @@ std::map<std::string, std::string> train_defaults() {
           {"--heads", str(o.heads)},
           {"--d-ff", str(o.d_ff)},
           {"--dropout", str(o.dropout)},
+          {"--attention-dropout", str(o.attention_dropout)},
+          {"--relu-dropout", str(o.relu_dropout)},
           {"--label-smoothing", str(o.label_smoothing)},
           {"--warmup", str(o.warmup)},
           {"--lr-factor", str(o.lr_factor)},

@@ -148,7 +148,7 @@ TEST_F(HostileFiles, ResumeSkipsACheckpointWhoseStateCannotContinue) {
       {[&] { rewrite(newest, [](auto& meta) { meta["step"] = "9223372036854775807"; }); },
        "metadata \"step\" must be a non-negative decimal integer, got \"9223372036854775807\""},
       {[&] { rewrite(newest, [](auto& meta) { meta["train.lr_factor"] = "0"; }); },
-       newest + ": metadata train.lr_factor = 0 is outside ["},
+       newest + ": metadata train.lr_factor = 0 must be finite and > 0"},
   };
   tr::TrainOptions o = tiny_options(m);
   o.resume = true;

@@ -115,20 +115,22 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
       {"--d-model 16384 --d-ff 1048576 --heads 8",
        "GiB for its weights, gradients and Adam's moments, more than this machine's"},
       // Negative or NaN: the preset's value, or no limit, without a word.
-      {"--d-model -16", "--d-model must be >= 0 (0: see --help), got -16"},
-      {"--steps -1", "--steps must be >= 0 (0: see --help), got -1"},
+      {"--d-model -16", "--d-model must be >= 0 (0: the preset's), got -16"},
+      {"--steps -1", "--steps must be >= 0 (0: no limit), got -1"},
       {"--minutes nan", "--minutes must be finite and >= 0 (0: no limit), got nan"},
-      {"--dropout nan", "--dropout must be a number, got NaN"},
+      {"--dropout nan", "--dropout must be in [-1, 1) (< 0: the preset's), got nan"},
+      {"--attention-dropout -2",
+       "--attention-dropout must be in [-1, 1) (< 0: the preset's), got -2"},
       {"--keep 0", "--keep must be >= 1, got 0"},
-      {"--lr-factor 0", "--lr-factor must be > 0, got 0"},
-      {"--cooldown -1", "--cooldown must be in [0, 9223372036854775807], got -1"},
+      {"--lr-factor 0", "--lr-factor must be finite and > 0, got 0"},
+      {"--cooldown -1", "--cooldown must be >= 0 (0: off), got -1"},
       {"--cooldown 10",
        "--cooldown 10 needs --steps of at least as many updates (the run's "
        "length, where the learning rate reaches zero), got --steps 0"},
       {"--cooldown 10 --steps 9", "--cooldown 10 needs --steps of at least as many updates"},
       {"--max-len 1", "--max-len must be in [2, 65536], got 1"},
-      {"--bpe-dropout 1", "--bpe-dropout must be in [0, 0.99], got 1"},
-      {"--bpe-dropout nan", "--bpe-dropout must be in [0, 0.99], got nan"},
+      {"--bpe-dropout 1", "--bpe-dropout must be in [0, 0.99] (0: off), got 1"},
+      {"--bpe-dropout nan", "--bpe-dropout must be in [0, 0.99] (0: off), got nan"},
       // Found only after the vocabulary was trained.
       {"--max-tokens 1", "--max-tokens 1 must be at least --max-len 128 so that a pair"},
       // Out of 64 bits: CLI11 clamped them (and wrapped -1 to 2^64 - 1) without a word.
@@ -138,22 +140,23 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
        "expected an integer in [-9223372036854775808, 9223372036854775807], got "
        "9223372036854775808"},
       {"--steps 12abc", "expected an integer in [-9223372036854775808"},
-      {"--vocab-size 3000000", "--vocab-size 3000000 is more than the 2097152 a vocabulary"},
+      {"--vocab-size 3000000", "--vocab-size must be in [1, 2097152], got 3000000"},
       {"--average 2 --keep 1",
        "--average 2 averages the last 2 checkpoints, but --keep 1 keeps only 1"},
       // Found only after the vocabulary was trained (21 s on the built-in corpus).
-      {"--warmup 0", "--warmup must be in [1, 9223372036854775807], got 0"},
+      {"--warmup 0", "--warmup must be >= 1, got 0"},
       {"--d-model 15", "divisible"},
       // Beyond the data: the update never ended.
-      {"--tokens-per-update 9223372036854775807", "--tokens-per-update must be in [0, "},
+      {"--tokens-per-update 9223372036854775807",
+       "--tokens-per-update must be in [0, 1099511627776] (0: one batch), got 9223372036854775807"},
       // Session 41: under an address-space limit libgomp failed to create 1000 threads and exited
       // on its own; sentencepiece's trainer refused more than 128 with an error naming no flag.
       {"--threads 1000", "--threads: expected a number in [1,256], got 1000"},
       // The model config's message, which named its src_vocab.
-      {"--vocab-size 0", "--vocab-size must be > 0, got 0"},
+      {"--vocab-size 0", "--vocab-size must be in [1, 2097152], got 0"},
       // CLI11's bound of DBL_MAX, printed in 310 digits.
       {"--threads 0", "expected a number > 0, got 0"},
-      {"--clip-norm inf", "expected a finite number >= 0, got inf"},
+      {"--clip-norm inf", "--clip-norm must be finite and >= 0 (0: off), got inf"},
       {"--sentence-weight 100000", "expected a number in [1,1000], got 100000"},
   };
   for (const Case& c : cases) {

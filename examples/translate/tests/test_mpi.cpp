@@ -326,7 +326,7 @@ TEST_F(Mpi, RanksThatWouldTrainDifferentlyAreStoppedBeforeTheFirstStep) {
   const CliResult r =
       mpirun("-n 1 " + bin + args + " --steps 3 : -n 1 " + bin + args + " --steps 4");
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_TRUE(contains(r.err, "attn-translate: error: rank 1's --resume, --steps")) << r.err;
+  EXPECT_TRUE(contains(r.err, "attn-translate: error: rank 1's --max-tokens, --steps")) << r.err;
   EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;  // agreed, so no rank is killed
   EXPECT_FALSE(fs::exists(path("m") + "/checkpoint_3.safetensors"));
 }
@@ -341,7 +341,9 @@ TEST_F(Mpi, FlagsThatDecideTheExchangesAreComparedBeforeAnyOther) {
            {" --resume", ""}, {" --minutes 0", " --minutes 1e-7"}}) {
     const CliResult r = mpirun("-n 1 " + bin + args + first + " : -n 1 " + bin + args + second);
     EXPECT_EQ(r.exit_code, 1) << first << second << "\n" << r.err;
-    EXPECT_TRUE(contains(r.err, "attn-translate: error: rank 1's --resume, --steps, --minutes"))
+    EXPECT_TRUE(contains(r.err,
+                         "attn-translate: error: rank 1's --max-tokens, --steps, --minutes, "
+                         "--resume, --max-tokens-per-rank or --no-overlap-allreduce"))
         << r.err;
     EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;
   }
