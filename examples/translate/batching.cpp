@@ -113,4 +113,23 @@ std::vector<std::pair<std::size_t, std::size_t>> group_batches(const std::vector
   return groups;
 }
 
+namespace {
+
+void hash_ids(std::uint64_t& h, const Tensor<TokenId>& t) {
+  const Index shape[2] = {t.size(0), t.size(1)};
+  h = fnv1a(h, shape, sizeof shape);
+  h = fnv1a(h, t.data(), static_cast<std::size_t>(t.numel()) * sizeof(TokenId));
+}
+
+}  // namespace
+
+std::uint64_t fingerprint(const Batcher& batches) {
+  std::uint64_t h = kFnv1aOffset;
+  for (const Batch& b : batches.batches()) {
+    hash_ids(h, b.src);
+    hash_ids(h, b.tgt_out);
+  }
+  return h;
+}
+
 }  // namespace attn::translate

@@ -109,6 +109,10 @@ class Batcher {
   std::size_t skipped_ = 0;
 };
 
+/// A 64-bit fingerprint of every batch's token ids, in batch order: what identifies the training
+/// data in a checkpoint, and what the ranks of a job compare.
+std::uint64_t fingerprint(const Batcher& batches);
+
 /// Groups consecutive batches for gradient accumulation: returns [begin, end) ranges over
 /// `tokens` (e.g. each batch's tgt_tokens) whose sums first reach `target`; the last range may
 /// fall short. Throws ConfigError if target <= 0.

@@ -23,12 +23,6 @@ namespace attn::translate {
 
 namespace {
 
-void hash_ids(std::uint64_t& h, const Tensor<TokenId>& t) {
-  const Index shape[2] = {t.size(0), t.size(1)};
-  h = fnv1a(h, shape, sizeof shape);
-  h = fnv1a(h, t.data(), static_cast<std::size_t>(t.numel()) * sizeof(TokenId));
-}
-
 // The longest row of `rows` in t [B, L], counting up to the last non-pad id.
 Index longest(const Tensor<TokenId>& t, const std::vector<Index>& rows, TokenId pad) {
   Index most = 0;
@@ -89,15 +83,6 @@ std::string slow_update_warning(double update_seconds, const char* sigkill_timeo
       "update under way and the checkpoint the ranks save after it, so the work since the last "
       "checkpoint would be lost. Start mpirun with --mca odls_base_sigkill_timeout ",
       enough, " (README, \"Training on several machines\")");
-}
-
-std::uint64_t fingerprint(const Batcher& batches) {
-  std::uint64_t h = kFnv1aOffset;
-  for (const Batch& b : batches.batches()) {
-    hash_ids(h, b.src);
-    hash_ids(h, b.tgt_out);
-  }
-  return h;
 }
 
 std::uint64_t fingerprint(const std::map<std::string, std::string>& metadata) {

@@ -126,8 +126,6 @@ void share_batch(const Batch& full, int rank, int ranks, Batch& out);
 /// two updates, the one under way and about as long again for the checkpoint.
 std::string slow_update_warning(double update_seconds, const char* sigkill_timeout);
 
-/// A 64-bit fingerprint of every batch's token ids, in batch order.
-std::uint64_t fingerprint(const Batcher& batches);
 /// A 64-bit fingerprint of every key and value.
 std::uint64_t fingerprint(const std::map<std::string, std::string>& metadata);
 

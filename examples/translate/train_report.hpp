@@ -18,13 +18,6 @@ struct CurvePoint {
   double train_loss = 0, valid_loss = 0, valid_bleu = 0;
 };
 
-/// The updates since the last log point: the sum of their mean losses and their count, whose mean
-/// the next log line and curve point show. Training checkpoints store it (train_state.hpp).
-struct LogWindowState {
-  double loss_sum = 0;
-  Index updates = 0;
-};
-
 /// Writes the curves to `path` (atomically, as every SVG).
 void write_curves_svg(const std::string& path, const std::vector<CurvePoint>& curves);
 

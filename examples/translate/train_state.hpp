@@ -12,8 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "epoch_stream.hpp"    // DataPosition
+#include "log_window.hpp"      // LogWindowState
 #include "model_metadata.hpp"  // Metadata
-#include "trainer.hpp"
+#include "train_options.hpp"
+#include "train_report.hpp"  // CurvePoint
 
 namespace attn::translate {
 
@@ -39,11 +42,6 @@ inline constexpr const char* kResumePointKey = "checkpoint.resume_point";
 void store_resume_point(Metadata& m);
 bool is_resume_point(const Metadata& m);
 
-/// Where in the training data a checkpoint stopped: the epoch and the index into its batch order.
-struct DataPosition {
-  std::uint64_t epoch = 0;
-  std::size_t batch = 0;
-};
 void store_data_position(const DataPosition& position, Metadata& m);
 /// FormatError unless data.epoch and data.batch are integers and batch <= batches_in(epoch), the
 /// number of batches of that epoch (called once, after data.epoch is read).

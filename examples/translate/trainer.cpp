@@ -35,7 +35,7 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 Index Trainer::step() const { return adam_->steps(); }
 
-std::size_t Trainer::skipped_pairs() const { return train_batches_->skipped(); }
+std::size_t Trainer::skipped_pairs() const { return stream_->whole_batches().skipped(); }
 
 std::map<std::string, std::string> Trainer::metadata() const {
   std::map<std::string, std::string> m = model_->config().to_metadata();
@@ -44,12 +44,7 @@ std::map<std::string, std::string> Trainer::metadata() const {
   return m;
 }
 
-const Batch& Trainer::next_batch() {
-  if (batch_index_ >= order_.size()) start_epoch(epoch_ + 1);
-  return epoch_batches().batches()[order_[batch_index_++]];
-}
-
-double Trainer::update() {
+LossStats Trainer::update() {
   const Index step = adam_->steps() + 1;
   model_->train();
   adam_->zero_grad();
@@ -59,7 +54,7 @@ double Trainer::update() {
   // Gradients of several batches add up in Parameter::grad; dividing by the token count at the
   // end makes the update the per-token mean over everything seen, as one large batch would.
   do {
-    const Batch& whole = next_batch();
+    const Batch& whole = stream_->next();
     update_tokens += whole.tgt_tokens;
     if (update_tokens >= opt_.tokens_per_update) replicas_->last_batch_of_update();
     const Batch& b = replicas_->share(whole);
@@ -70,7 +65,7 @@ double Trainer::update() {
       Tensor<float> logits = model_->forward_scored(b.src, b.tgt_in, b.tgt_out);
       const LossStats s =
           loss_->forward_backward_in_place(logits, model_->scored_targets(), 1.0, step);
-      ATTN_CHECK(step != fault_step_, NumericError, "loss is NaN at step ", step,
+      ATTN_CHECK(step != faults_.loss_step, NumericError, "loss is NaN at step ", step,
                  " (made so by ATTN_TRANSLATE_FAULT_STEP)");
       check_finite(s, step);
       model_->backward(logits);
@@ -81,9 +76,8 @@ double Trainer::update() {
     }
   } while (update_tokens < opt_.tokens_per_update);
   stats = replicas_->finish_update(stats, error, *model_);  // sums gradients over the ranks
-  train_tokens_ += stats.tokens;
   scale_gradients(adam_->parameters(), 1.0 / static_cast<double>(stats.tokens));
-  if (step == fault_grad_step_)
+  if (step == faults_.grad_step)
     model_->parameters()[0].grad.data()[0] = std::numeric_limits<float>::quiet_NaN();
   // A finite loss can still have a NaN or Inf gradient; Adam would spread it into every weight.
   last_grad_norm_ = grad_norm(adam_->parameters());
@@ -97,7 +91,7 @@ double Trainer::update() {
   }
   if (opt_.clip_norm > 0) clip_grad_norm(adam_->parameters(), opt_.clip_norm);
   adam_->step(learning_rate(step));
-  return stats.mean_loss();
+  return stats;
 }
 
 double Trainer::learning_rate(Index step) const {
@@ -144,10 +138,10 @@ std::string Trainer::save_checkpoint() { return write_checkpoint(false); }
 std::string Trainer::write_checkpoint(bool resume_point) {
   if (replicas_->rank() != 0) return {};  // one writer; the ranks' states are the same
   auto meta = metadata();
-  store_data_position({epoch_, batch_index_}, meta);
-  store_data_fingerprint(data_fingerprint_, meta);
+  store_data_position(stream_->position(), meta);
+  store_data_fingerprint(stream_->data_fingerprint(), meta);
   store_curves(curves_, meta);
-  store_log_window(log_window_, meta);
+  store_log_window(log_window_.state(), meta);
   if (resume_point) store_resume_point(meta);
   const std::string path = checkpoint_path(opt_.model_dir, step());
   const AtomicWriteResult written =
@@ -170,8 +164,7 @@ bool Trainer::checkpoint_is_current() const {
 void Trainer::train(Index max_updates) {
   const auto start = Clock::now();
   const Index first = step();
-  log_window_start_ = start;
-  train_tokens_ = 0;
+  log_window_.restart_clock();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   for (;;) {
     // Between updates, so the last one is complete; a signal that reached any rank stops every
@@ -188,8 +181,8 @@ void Trainer::train(Index max_updates) {
     if (max_updates > 0 && step() - first >= max_updates) break;
     // Clocks differ between ranks; rank 0's decides, or one rank would wait for the others.
     if (opt_.minutes > 0 && replicas_->rank0_decides(elapsed() >= opt_.minutes * 60)) break;
-    log_window_.loss_sum += update();
-    ++log_window_.updates;
+    const LossStats loss = update();
+    log_window_.add(loss.mean_loss(), loss.tokens);
     report_progress(first, elapsed());
     const Index s = step();
     if (opt_.evaluate && opt_.valid_every > 0 && s % opt_.valid_every == 0) run_validation();
@@ -202,14 +195,13 @@ void Trainer::report_progress(Index first, double seconds) {
   const Index s = step();
   const bool log_point = opt_.log_every > 0 && s % opt_.log_every == 0;
   if (!log_point && !progress_.terminal()) return;
-  const double mean = log_window_.loss_sum / static_cast<double>(log_window_.updates);
+  const double mean = log_window_.mean_loss();
   if (!opt_.quiet) {
     StepProgress p;
     p.step = s;
     p.loss = mean;
     p.lr = learning_rate(s);
-    p.tokens_per_second = static_cast<double>(train_tokens_) /
-                          std::chrono::duration<double>(Clock::now() - log_window_start_).count();
+    p.tokens_per_second = log_window_.tokens_per_second();
     p.seconds = seconds;
     p.eta = kNaN;  // the sooner of the last update and --minutes
     if (const Index end = last_update(); end > 0)
@@ -225,9 +217,7 @@ void Trainer::report_progress(Index first, double seconds) {
   }
   if (log_point) {
     curves_.push_back({s, mean, kNaN, kNaN});
-    log_window_ = LogWindowState{};
-    log_window_start_ = Clock::now();
-    train_tokens_ = 0;
+    log_window_.clear();
   }
 }
 

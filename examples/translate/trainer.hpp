@@ -2,9 +2,10 @@
 // gradient accumulation, progress output, validation (loss, perplexity, greedy BLEU), checkpoints
 // that resume bit-exactly (parameters, Adam moments, dropout RNG, step and data position) and the
 // final model (trainer.cpp; how it starts, afresh or resumed: trainer_setup.cpp). Beside it: its
-// options and their table (train_options.hpp), what a checkpoint's metadata holds
-// (train_state.hpp), the model directory's files and policy (model_dir.hpp), the progress line
-// (progress.hpp) and the SVG reports (train_report.hpp).
+// options and their table (train_options.hpp), the training batches and the data position
+// (epoch_stream.hpp), what a checkpoint's metadata holds (train_state.hpp), the model directory's
+// files and policy (model_dir.hpp), the progress line (progress.hpp) and its log window
+// (log_window.hpp), and the SVG reports (train_report.hpp).
 #pragma once
 
 #include <chrono>
@@ -24,15 +25,30 @@
 #include "bleu.hpp"
 #include "bpe.hpp"
 #include "corpus_io.hpp"
+#include "epoch_stream.hpp"
+#include "log_window.hpp"
 #include "model_dir.hpp"
 #include "progress.hpp"
 #include "train_options.hpp"
-#include "train_report.hpp"  // CurvePoint, LogWindowState
+#include "train_report.hpp"  // CurvePoint
 #include "training_pairs.hpp"
 
 namespace attn::translate {
 
 class Replicas;  // distributed.hpp
+
+/// The failures a test makes the trainer meet, each at one step (0: none), read from the
+/// environment so that a test can fail one rank of an MPI job: ATTN_TRANSLATE_FAULT_STEP=N fails
+/// this process's update N as a NaN loss would, naming the variable;
+/// ATTN_TRANSLATE_FAULT_GRAD_STEP=N makes a gradient NaN after update N's sums (on every rank that
+/// sets it); ATTN_TRANSLATE_FAULT_UNREADABLE_STEP=N fails this process's read of
+/// checkpoint_N.safetensors on --resume, as a rank whose file system cannot read it would.
+struct InjectedFaults {
+  Index loss_step = 0;
+  Index grad_step = 0;
+  Index unreadable_step = 0;
+  static InjectedFaults from_environment();
+};
 
 class Trainer {
  public:
@@ -77,8 +93,8 @@ class Trainer {
   const std::vector<CurvePoint>& curves() const { return curves_; }
   /// The data position: the epoch under way, and its batches (with --bpe-dropout its own, else
   /// the same every epoch).
-  std::uint64_t epoch() const { return epoch_; }
-  const Batcher& epoch_batches() const;
+  std::uint64_t epoch() const { return stream_->epoch(); }
+  const Batcher& epoch_batches() const { return stream_->epoch_batches(); }
   /// Training pairs left out because a side is longer than max_len subword tokens.
   std::size_t skipped_pairs() const;
   /// The global gradient norm of the last update, before clipping (NaN before the first).
@@ -100,11 +116,7 @@ class Trainer {
   void set_aside_skipped_checkpoints();  // rank 0, once the ranks agreed (start)
   std::map<std::string, std::string> metadata() const;
   BatchingOptions batching_options() const;
-  // Moves the data position to the start of `epoch`: with --bpe-dropout, the epoch's own batches,
-  // its training pairs encoded afresh with draws from (seed, epoch); returns its batch count.
-  std::size_t start_epoch(std::uint64_t epoch);
-  const Batch& next_batch();
-  double update();  // one optimiser step; returns its mean smoothed loss
+  LossStats update();  // one optimiser step; returns its smoothed loss over every rank
   // The progress line after an update; at a log point also a curve point, and a new window.
   void report_progress(Index first, double seconds);
   // save_checkpoint, or (resume_point) the checkpoint of a run a signal stopped
@@ -118,24 +130,15 @@ class Trainer {
   std::unique_ptr<ModelDirLock> lock_;  // rank 0's, held from before the first write to the dir
   SubwordVocab vocab_;
   ProgressLine progress_;
-  Index fault_step_ = 0;  // ATTN_TRANSLATE_FAULT_STEP: a test's NaN loss in this update (0: none)
-  Index fault_grad_step_ = 0;  // ATTN_TRANSLATE_FAULT_GRAD_STEP: a NaN gradient after its sums
-  Index fault_unreadable_step_ = 0;  // ATTN_TRANSLATE_FAULT_UNREADABLE_STEP: a checkpoint's read
-                                     // fails on this rank (0: none)
+  const InjectedFaults faults_;
   std::unique_ptr<Transformer<float>> model_;
   std::unique_ptr<Adam<float>> adam_;
   std::unique_ptr<LabelSmoothedCrossEntropy<float>> loss_;
-  std::unique_ptr<Batcher> train_batches_, valid_batches_;
-  std::unique_ptr<Batcher> sampled_batches_;  // epoch_'s, under --bpe-dropout (else null)
-  std::uint64_t data_fingerprint_ = 0;  // of train_batches_ (checkpoints store it, --resume checks)
+  std::unique_ptr<EpochStream> stream_;  // the training batches and the data position
+  std::unique_ptr<Batcher> valid_batches_;
   std::vector<std::vector<TokenId>> valid_src_ids_;
-  std::uint64_t epoch_ = 0;  // data position: epoch and index into its batch order
-  std::size_t batch_index_ = 0;
-  std::vector<std::size_t> order_;
   std::vector<CurvePoint> curves_;
-  LogWindowState log_window_;  // the updates since the last log point (checkpoints store it)
-  std::chrono::steady_clock::time_point log_window_start_;  // for tokens/s
-  Index train_tokens_ = 0;  // target tokens since the last progress point, for tokens/s
+  LogWindow log_window_;  // the updates since the last log point (checkpoints store its state)
   double last_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
   int interrupted_by_ = 0;  // the signal that stopped train(), agreed by every rank
   int averaged_ = 0;        // by finish()

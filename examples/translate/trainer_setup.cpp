@@ -13,7 +13,6 @@
 #include <utility>
 
 #include <attn/parallel.hpp>
-#include <attn/random.hpp>  // mix64
 #include <attn/strict_number.hpp>
 #include <attn/train/atomic_file.hpp>
 #include <attn/train/checkpoint.hpp>
@@ -29,12 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The update a test makes fail (0: none, when `variable` is unset): ATTN_TRANSLATE_FAULT_STEP=N
-// fails this process's update N as a NaN loss would, naming the variable (how test_mpi.cpp fails
-// one rank of a job in the middle of an update); ATTN_TRANSLATE_FAULT_GRAD_STEP=N makes a gradient
-// NaN after update N's sums (on every rank that sets it); ATTN_TRANSLATE_FAULT_UNREADABLE_STEP=N
-// fails this process's read of checkpoint_N.safetensors on --resume, as a rank whose file system
-// cannot read it would.
+// The step of an injected fault (InjectedFaults): 0, the default, when `variable` is unset.
 Index injected_fault_step(const char* variable) {
   const char* v = std::getenv(variable);
   return v ? parse_number_or_throw<Index>(v, "environment", variable) : 0;
@@ -99,6 +93,14 @@ const TrainOptions& checked(const TrainOptions& o) {
 
 }  // namespace
 
+InjectedFaults InjectedFaults::from_environment() {
+  InjectedFaults f;
+  f.loss_step = injected_fault_step("ATTN_TRANSLATE_FAULT_STEP");
+  f.grad_step = injected_fault_step("ATTN_TRANSLATE_FAULT_GRAD_STEP");
+  f.unreadable_step = injected_fault_step("ATTN_TRANSLATE_FAULT_UNREADABLE_STEP");
+  return f;
+}
+
 Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<Replicas> replicas)
     : opt_(checked(options)),
       data_(std::move(data)),
@@ -106,9 +108,7 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
       lock_(replicas_->rank() == 0 ? lock_model_dir(opt_) : nullptr),
       vocab_(open_vocab(opt_, data_, *replicas_)),
       progress_(std::cerr, !opt_.quiet && ProgressLine::stderr_is_terminal()),
-      fault_step_(injected_fault_step("ATTN_TRANSLATE_FAULT_STEP")),
-      fault_grad_step_(injected_fault_step("ATTN_TRANSLATE_FAULT_GRAD_STEP")),
-      fault_unreadable_step_(injected_fault_step("ATTN_TRANSLATE_FAULT_UNREADABLE_STEP")) {
+      faults_(InjectedFaults::from_environment()) {
   set_num_threads(opt_.threads);
   if (opt_.resume) {
     resume_newest_loadable(options);
@@ -120,12 +120,11 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
   } else {
     opt_.cooldown_end = opt_.cooldown > 0 ? opt_.steps : 0;
     build(make_config(opt_, vocab_.size()));
-    start_epoch(0);
+    stream_->start_epoch(0);
   }
   // Here, not in build(): on --resume, after the checkpoint's data fingerprint was matched, so
   // that other data is named as such, not as a checkpoint that does not load.
-  Index epoch_tokens = 0;
-  for (const Batch& batch : train_batches_->batches()) epoch_tokens += batch.tgt_tokens;
+  const Index epoch_tokens = stream_->epoch_tokens();
   ATTN_CHECK(opt_.tokens_per_update <= epoch_tokens, ConfigError,
              opt_.resume ? resumed_from_ +
                                ": metadata train.tokens_per_update (its run's "
@@ -133,12 +132,7 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
                          : std::string("--tokens-per-update "),
              opt_.tokens_per_update, " is more than the ", epoch_tokens,
              " target tokens of all the training data: an update may take at most one epoch");
-  // With --bpe-dropout the ranks also compare the pieces of the first epoch they train: each
-  // encodes it, and a machine with another sentencepiece or C++ library would draw others.
-  const std::uint64_t batches = sampled_batches_
-                                    ? mix64(data_fingerprint_) ^ fingerprint(*sampled_batches_)
-                                    : data_fingerprint_;
-  replicas_->start(*model_, batches, metadata());
+  replicas_->start(*model_, stream_->batches_fingerprint(), metadata());
   if (opt_.resume) set_aside_skipped_checkpoints();
 }
 
@@ -158,7 +152,7 @@ void Trainer::resume_newest_loadable(const TrainOptions& given) {
     try {
       opt_ = given;
       // (0: no fault; checkpoint_0, the untrained weights a signal can save, stays readable)
-      ATTN_CHECK(fault_unreadable_step_ == 0 || it->first != fault_unreadable_step_, IOError,
+      ATTN_CHECK(faults_.unreadable_step == 0 || it->first != faults_.unreadable_step, IOError,
                  it->second, ": cannot read it (made so by ATTN_TRANSLATE_FAULT_UNREADABLE_STEP)");
       resume_from(it->second);
     } catch (const OtherDataError&) {
@@ -203,10 +197,10 @@ void Trainer::resume_from(const std::string& path) {
   restore_options(opt_, meta, path);
   build(config);
   // Everything the metadata holds is checked before the weights are loaded.
-  check_data_fingerprint(meta, path, data_fingerprint_);
+  check_data_fingerprint(meta, path, stream_->data_fingerprint());
   // The checkpoint's epoch is started here, so that data.batch is checked against its batches.
-  const DataPosition position =
-      restore_data_position(meta, path, [this](std::uint64_t e) { return start_epoch(e); });
+  const DataPosition position = restore_data_position(
+      meta, path, [this](std::uint64_t e) { return stream_->start_epoch(e); });
   curves_ = restore_curves(meta, path);
   const LogWindowState log_window =
       restore_log_window(meta, path, static_cast<Index>(detail::kMaxCheckpointSteps));
@@ -219,8 +213,8 @@ void Trainer::resume_from(const std::string& path) {
              FormatError, path, ": metadata train.cooldown ", opt_.cooldown,
              " and train.cooldown_end ", opt_.cooldown_end, " at step ", step(),
              " are not a schedule a run saves");
-  batch_index_ = position.batch;
-  log_window_ = log_window;
+  stream_->seek(position);
+  log_window_.restore(log_window);
   resume_step_ = is_resume_point(meta) ? step() : -1;
 }
 
@@ -235,38 +229,14 @@ BatchingOptions Trainer::batching_options() const {
   return b;
 }
 
-std::size_t Trainer::start_epoch(std::uint64_t epoch) {
-  epoch_ = epoch;
-  batch_index_ = 0;
-  if (opt_.bpe_dropout > 0) {
-    // Its own stream: not the key of the epoch's batch order (Batcher::epoch_order).
-    constexpr std::uint64_t kPiecesStream = 0x9e6c63d0676a9a99ULL;
-    const std::uint64_t seed = mix64(mix64(opt_.seed) ^ mix64(epoch ^ kPiecesStream));
-    sampled_batches_ = std::make_unique<Batcher>(
-        tokenize_pairs(vocab_, data_.train, opt_.max_len, opt_.bpe_dropout, seed),
-        batching_options());
-  }
-  order_ = epoch_batches().epoch_order(opt_.seed, epoch_);
-  return order_.size();
-}
-
-const Batcher& Trainer::epoch_batches() const {
-  return sampled_batches_ ? *sampled_batches_ : *train_batches_;
-}
-
 void Trainer::build(const TransformerConfig& config) {
   // opt_ is within its ranges: validate() checked the given options, restore_options a
   // checkpoint's.
   const BatchingOptions b = batching_options();
-  // Without BPE-dropout the batches of every epoch; with it, what identifies the data.
-  train_batches_ = std::make_unique<Batcher>(tokenize_pairs(vocab_, data_.train, b.max_len), b);
-  data_fingerprint_ = fingerprint(*train_batches_);
-  ATTN_CHECK(train_batches_->size() > 0, DataError, "train: every one of the ", data_.train.size(),
-             " training pairs is longer than max_len ", opt_.max_len, " subword tokens");
-  if (train_batches_->skipped() > 0 && !opt_.quiet)
-    std::cerr << "train: left out " << train_batches_->skipped() << " of " << data_.train.size()
+  stream_ = std::make_unique<EpochStream>(vocab_, data_.train, b, opt_.bpe_dropout, opt_.seed);
+  if (skipped_pairs() > 0 && !opt_.quiet)
+    std::cerr << "train: left out " << skipped_pairs() << " of " << data_.train.size()
               << " training pairs longer than max_len " << opt_.max_len << " subword tokens\n";
-  sampled_batches_.reset();
   valid_batches_.reset();
   valid_src_ids_.clear();
   if (!data_.valid.empty()) {
