@@ -14,6 +14,16 @@
 
 namespace attn::translate {
 
+DecodeOptions TranslateOptions::decode_options() const {
+  DecodeOptions d;
+  d.bos = SubwordVocab::kBos;
+  d.eos = SubwordVocab::kEos;
+  d.beam_size = beam;
+  d.length_penalty = alpha;
+  d.max_extra_length = max_extra_length;
+  return d;
+}
+
 std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
                                                 const std::vector<std::vector<TokenId>>& sources,
                                                 const TranslateOptions& options) {
@@ -27,12 +37,7 @@ std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return sources[a].size() < sources[b].size();
   });
-  DecodeOptions dec;
-  dec.bos = SubwordVocab::kBos;
-  dec.eos = SubwordVocab::kEos;
-  dec.beam_size = options.beam;
-  dec.length_penalty = options.alpha;
-  dec.max_extra_length = options.max_extra_length;
+  const DecodeOptions dec = options.decode_options();
   dec.validate(model.config().tgt_vocab,
                model.config().pad_id);  // before any work, and also when every line is empty
   // The batches, longest sources last, each checked before any is decoded: a batch that cannot

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <attn/decode/options.hpp>
 #include <attn/nn/transformer.hpp>
 
 #include "bleu.hpp"
@@ -19,12 +20,18 @@
 
 namespace attn::translate {
 
+/// How attn-translate decodes: the library's DecodeOptions under the flags' names (their defaults
+/// are the library's), with the token ids left to the vocabulary, plus greedy or beam and the
+/// batch.
 struct TranslateOptions {
   bool greedy = false;
-  Index beam = 4;
-  double alpha = 0.6;
+  Index beam = DecodeOptions{}.beam_size;
+  double alpha = DecodeOptions{}.length_penalty;
   Index batch_size = 32;  ///< sentences per decoder batch
-  Index max_extra_length = 50;
+  Index max_extra_length = DecodeOptions{}.max_extra_length;
+
+  /// These as the library's DecodeOptions, with SubwordVocab's BOS and EOS.
+  DecodeOptions decode_options() const;
 };
 
 /// Decodes id sequences in batches of similar length; returns outputs in input order (without
