@@ -193,9 +193,9 @@ TEST_F(Cli, TrainResumeTranslateEvaluateAverage) {
   tr::write_lines(test_tgt, d.test.tgt);
   const std::string common =
       "--threads 1 --src " + src + " --tgt " + tgt +
-      " --preset tiny --dropout 0.1 --vocab-size 60 --max-tokens 128 "
-      "--tokens-per-update 300 --max-len 32 --valid-every 0 --checkpoint-every 0 "
-      "--svg 0 --log-every 1";
+      " --preset tiny --dropout 0.1 --attention-dropout 0.05 --relu-dropout 0.15 --vocab-size 60 "
+      "--max-tokens 128 --tokens-per-update 300 --max-len 32 --valid-every 0 "
+      "--checkpoint-every 0 --svg 0 --log-every 1";
   const std::string clip = " --warmup 20 --clip-norm 0.5";
   const std::string a = path("a"), b = path("b");
   CliResult r = run("train --model-dir " + a + " --steps 2 " + common + clip);
@@ -231,6 +231,11 @@ TEST_F(Cli, TrainResumeTranslateEvaluateAverage) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   tr::Translator translator(a);
   EXPECT_EQ(tr::read_lines(out), translator.translate(d.test.src, tr::TranslateOptions{}));
+  // The dropout flags reached the model, whose file stores them (and the resumed run kept them:
+  // its files are the uninterrupted run's).
+  EXPECT_EQ(translator.model().config().dropout, 0.1);
+  EXPECT_EQ(translator.model().config().attention_dropout, 0.05);
+  EXPECT_EQ(translator.model().config().relu_dropout, 0.15);
 
   // evaluate: with the model, and of the hypotheses just written.
   r = run("evaluate --threads 1 --model-dir " + a + " --src " + test_src + " --ref " + test_tgt);
