@@ -43,8 +43,10 @@ std::size_t EpochStream::start_epoch(std::uint64_t epoch) {
 }
 
 void EpochStream::seek(const DataPosition& p) {
-  ATTN_CHECK(start_epoch(p.epoch) >= p.batch, InternalError, "EpochStream::seek: batch ", p.batch,
-             " of epoch ", p.epoch, " is beyond its batches");
+  // restore_data_position has usually started the epoch already, to count its batches.
+  if (!started_ || p.epoch != epoch_) start_epoch(p.epoch);
+  ATTN_CHECK(p.batch <= order_.size(), InternalError, "EpochStream::seek: batch ", p.batch,
+             " of epoch ", p.epoch, " is beyond its ", order_.size(), " batches");
   batch_index_ = p.batch;
 }
 

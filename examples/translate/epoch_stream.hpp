@@ -35,8 +35,8 @@ class EpochStream {
   const Batch& next();
   /// Moves to the start of `epoch`; returns its number of batches.
   std::size_t start_epoch(std::uint64_t epoch);
-  /// Moves to `p`: start_epoch(p.epoch), then its batch p.batch, which must be at most the count
-  /// start_epoch returns (restore_data_position checks it).
+  /// Moves to `p`: to epoch p.epoch (started unless it is the one under way), then to its batch
+  /// p.batch, which must be at most the epoch's count (restore_data_position checks it).
   void seek(const DataPosition& p);
   DataPosition position() const { return {epoch_, batch_index_}; }
   std::uint64_t epoch() const { return epoch_; }

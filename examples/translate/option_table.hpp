@@ -35,34 +35,10 @@ struct Range {
   }
 };
 
-/// The rows' building blocks, for the tables' visit functions (`using namespace option_rows`).
-namespace option_rows {
-
-template <class T>
-Range<T> at_least(T lo) {
-  return {lo, std::numeric_limits<T>::max()};
-}
-template <class T>
-Range<T> above(T lo) {
-  return {lo, std::numeric_limits<T>::max(), true};
-}
-template <class T>
-Range<T> within(T lo, T hi) {
-  return {lo, hi};
-}
-/// [lo, hi)
-template <class T>
-Range<T> below(T lo, T hi) {
-  return {lo, hi, false, true};
-}
-template <class T>
-Range<T> anything() {
-  Range<T> r;
-  r.any = true;
-  return r;
-}
-
-}  // namespace option_rows
+/// Whether an option's field holds a number (not a switch or a string): what has a range to
+/// check, and what a checkpoint can store.
+template <class V>
+inline constexpr bool kIsNumber = std::is_arithmetic_v<V> && !std::is_same_v<V, bool>;
 
 /// An option's value as text that reads back the same (checkpoints store it, MPI ranks compare
 /// it): a double in round_trip_text's 17 digits, a bool as 1 or 0, an integer in decimal.
@@ -159,7 +135,32 @@ struct OptionInfo {
   }
 };
 
+/// The rows' building blocks, for the tables' visit functions (`using namespace option_rows`).
 namespace option_rows {
+
+template <class T>
+Range<T> at_least(T lo) {
+  return {lo, std::numeric_limits<T>::max()};
+}
+template <class T>
+Range<T> above(T lo) {
+  return {lo, std::numeric_limits<T>::max(), true};
+}
+template <class T>
+Range<T> within(T lo, T hi) {
+  return {lo, hi};
+}
+/// [lo, hi)
+template <class T>
+Range<T> below(T lo, T hi) {
+  return {lo, hi, false, true};
+}
+template <class T>
+Range<T> anything() {
+  Range<T> r;
+  r.any = true;
+  return r;
+}
 
 inline OptionInfo flag(const char* name, const char* help) {
   OptionInfo o;

@@ -77,7 +77,7 @@ void TrainOptions::validate() const {
   ATTN_CHECK(!o.model_dir.empty(), ConfigError, "train: --model-dir is required");
   o.visit_options([](const OptionInfo& info, const auto& value, const auto& range) {
     using V = std::decay_t<decltype(value)>;
-    if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>)
+    if constexpr (kIsNumber<V>)
       ATTN_CHECK(range.contains(value), ConfigError, info.name(), " must be ", range.text(),
                  info.note ? detail::concat(" (", info.note, ")") : std::string(), ", got ", value);
   });

@@ -97,7 +97,7 @@ struct TrainOptions {
   static auto saved_only(F& f) {
     return [&f](const OptionInfo& info, auto& field, const auto& range) {
       using V = std::decay_t<decltype(field)>;
-      if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {
+      if constexpr (kIsNumber<V>) {
         if (info.key) f(info.key, field, info.required, range);
       } else {
         ATTN_CHECK(!info.key, InternalError, info.key, ": a checkpoint stores numbers only");

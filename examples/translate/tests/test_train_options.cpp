@@ -57,7 +57,7 @@ void for_each_numeric_row(F f) {
   int row = 0;
   tr::TrainOptions{}.visit_options([&](const tr::OptionInfo& info, const auto& v, const auto&) {
     using V = std::decay_t<decltype(v)>;
-    if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) f(row, info.name());
+    if constexpr (tr::kIsNumber<V>) f(row, info.name());
     ++row;
   });
 }
@@ -75,7 +75,7 @@ TEST(OptionTable, EveryValueOutsideARowsRangeIsRefusedNamingItsFlag) {
         int row = 0;
         opt.visit_options([&](const tr::OptionInfo&, auto& field, const auto& range) {
           using V = std::decay_t<decltype(field)>;
-          if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) {
+          if constexpr (tr::kIsNumber<V>) {
             const std::vector<V> bad = outside(range);
             if (row == target && k < bad.size()) {
               field = bad[k];
