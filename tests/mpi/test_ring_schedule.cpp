@@ -80,6 +80,11 @@ TEST(RingSchedule, SizesWhoseChunksExceedOneMessageAreRefusedFromTheSizeAlone) {
   EXPECT_FALSE(ring_chunks_fit(2 * kIntMax, 2));
   EXPECT_FALSE(ring_chunks_fit(Index{1} << 32, 2));
   EXPECT_TRUE(ring_chunks_fit(Index{1} << 32, 3));
+  // One rank sends nothing: its sum is the values as they are, however many (it used to refuse
+  // 2^31 - 1 values and more).
+  EXPECT_TRUE(ring_chunks_fit(std::numeric_limits<Index>::max(), 1));
+  const RingSchedule alone(Index{1} << 40, 0, 1);
+  EXPECT_EQ(alone.steps(), 0);
   // A gradient of 2^32 values (16 GiB of float) is refused without a buffer of that size.
   try {
     const RingSchedule ring(Index{1} << 32, 0, 2);

@@ -75,9 +75,9 @@ inline int max_tag(MPI_Comm comm) {
 inline Index ring_chunk_begin(Index n, int c, int ranks) { return n * c / ranks; }
 
 /// Whether the chunks of n elements over `ranks` fit one MPI message each (an int count of
-/// values): the all-gather steps send a whole chunk at once.
+/// values): the all-gather steps send a whole chunk at once. One rank sends nothing, so any n fits.
 inline bool ring_chunks_fit(Index n, int ranks) {
-  return n / ranks + 1 <= static_cast<Index>(std::numeric_limits<int>::max());
+  return ranks == 1 || n / ranks + 1 <= static_cast<Index>(std::numeric_limits<int>::max());
 }
 
 /// Values per message of a ring's reduce-scatter steps unless told otherwise. What arrives in such
