@@ -49,8 +49,8 @@ for d, _, files in os.walk(os.path.join(root, "include", "attn")):
     if os.sep + "detail" in d:
         continue  # internal headers refuse direct inclusion; their parents include them
     for name in files:
-        if name.endswith(".hpp") and (with_mpi or name not in ("data_parallel.hpp", "ring_all_reduce.hpp",
-                                                                  "replica_agreement.hpp")):
+        if name.endswith(".hpp") and (with_mpi or name not in ("data_parallel.hpp", "overlapped_sums.hpp",
+                                                                  "ring_all_reduce.hpp", "replica_agreement.hpp")):
             headers.append(os.path.relpath(os.path.join(d, name), os.path.join(root, "include")))
 unit = os.path.join(work, "all_headers.cpp")
 with open(unit, "w") as out:

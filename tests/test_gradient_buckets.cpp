@@ -4,6 +4,7 @@
 
 #include <attn/train/gradient_buckets.hpp>
 
+#include <algorithm>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -82,6 +83,29 @@ TEST(GradientBuckets, SeparateGradientsArePackedUnlessABucketHoldsOne) {
   EXPECT_EQ(buckets[1].span, 100);
   EXPECT_TRUE(buckets[2].packs());
   EXPECT_EQ(buckets[2].span, 8);
+}
+
+TEST(GradientBuckets, ThePlanNamesEachParametersBucketAndThePackedOnes) {
+  auto params = separate({3, 5, 100, 2, 4});
+  const BucketPlan<float> plan = plan_buckets(params, 10);
+  ASSERT_EQ(plan.buckets.size(), 3u);  // {p4, p3}, {p2}, {p1, p0}, as above
+  EXPECT_EQ(plan.bucket_of, (std::vector<std::size_t>{2, 2, 1, 0, 0}));
+  EXPECT_EQ(plan.packed, (std::vector<std::size_t>{0, 2}));
+  EXPECT_EQ(plan.largest, 100);
+  EXPECT_EQ(plan.largest_packed, 8);
+  // A model whose gradients lie in one buffer packs none.
+  testing::Trainer<float> t(testing::task_config(23, 0.0));
+  auto gathered = t.model.parameters();
+  const BucketPlan<float> in_place = plan_buckets(gathered, 1000);
+  EXPECT_TRUE(in_place.packed.empty());
+  EXPECT_EQ(in_place.largest_packed, 0);
+  Index largest = 0;
+  for (const auto& b : in_place.buckets) largest = std::max(largest, b.span);
+  EXPECT_EQ(in_place.largest, largest);
+  for (std::size_t i = 0; i < gathered.size(); ++i) {
+    const auto& members = in_place.buckets[in_place.bucket_of[i]].members;
+    EXPECT_NE(std::find(members.begin(), members.end(), i), members.end()) << gathered[i].name;
+  }
 }
 
 TEST(GradientBuckets, ViewsOfOneBufferWithAGapBetweenThemArePacked) {

@@ -2,7 +2,8 @@
 // files (train/safetensors*.hpp, checkpoint.hpp, averaging.hpp, model_file.hpp), which also need
 // nlohmann-json (CMake target attn::checkpoint), and their POSIX file writer and reader
 // (atomic_file.hpp, regular_file.hpp);
-// train/data_parallel.hpp and ring_all_reduce.hpp, which need MPI (attn::mpi); and
+// train/data_parallel.hpp, overlapped_sums.hpp, ring_all_reduce.hpp and replica_agreement.hpp,
+// which need MPI (attn::mpi); and
 // kernels/gemm_naive.hpp, the tests' reference product.
 #pragma once
 

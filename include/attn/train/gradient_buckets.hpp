@@ -93,6 +93,34 @@ std::vector<GradientBucket<T>> plan_gradient_buckets(std::vector<NamedParameter<
   return buckets;
 }
 
+/// Every bucket of a parameter list, and what the sums look up in them: each parameter's bucket,
+/// the buckets that pack, and the sizes of the buffers they need.
+template <class T>
+struct BucketPlan {
+  std::vector<GradientBucket<T>> buckets;  // plan_gradient_buckets
+  std::vector<std::size_t> packed;         // the buckets that pack, ascending
+  std::vector<std::size_t> bucket_of;      // [params] the bucket of each parameter
+  Index largest = 0;                       // values summed by the largest bucket
+  Index largest_packed = 0;                // by the largest that packs (0 if none does)
+};
+
+/// plan_gradient_buckets(params, capacity), and what BucketPlan looks up in its buckets.
+template <class T>
+BucketPlan<T> plan_buckets(std::vector<NamedParameter<T>>& params, Index capacity) {
+  BucketPlan<T> plan;
+  plan.buckets = plan_gradient_buckets(params, capacity);
+  plan.bucket_of.assign(params.size(), 0);
+  for (std::size_t b = 0; b < plan.buckets.size(); ++b) {
+    const GradientBucket<T>& bucket = plan.buckets[b];
+    for (std::size_t i : bucket.members) plan.bucket_of[i] = b;
+    plan.largest = std::max(plan.largest, bucket.span);
+    if (!bucket.packs()) continue;
+    plan.packed.push_back(b);
+    plan.largest_packed = std::max(plan.largest_packed, bucket.span);
+  }
+  return plan;
+}
+
 /// What the ranks of a data-parallel job must agree on before summing (`piece`: values per ring
 /// message): the value type, the pieces, every gradient's size and every bucket.
 template <class T>
