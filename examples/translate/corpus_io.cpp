@@ -1,10 +1,14 @@
 #include "corpus_io.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +19,7 @@
 
 #include <attn/error.hpp>
 #include <attn/train/atomic_file.hpp>
+#include <attn/train/regular_file.hpp>
 
 namespace attn::translate {
 
@@ -45,24 +50,38 @@ bool read_line(std::istream& in, std::string& line, std::size_t max_bytes, std::
 
 namespace {
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
+// How long a reader of a FIFO waits for a process to open it for writing (a blocking open waits
+// for ever: `train --src` naming a FIFO that no process writes to hung).
+constexpr std::chrono::seconds kFifoWriterWait{10};
 
-// A file read in chunks, with the path for messages.
+// A file read in chunks, with the path for messages; closes the descriptor when it goes.
 struct ChunkReader {
+  ChunkReader(const std::string& p, int descriptor) : path(p), fd(descriptor) {}
+  ChunkReader(const ChunkReader&) = delete;
+  ChunkReader& operator=(const ChunkReader&) = delete;
+  ~ChunkReader() { ::close(fd); }
+
   const std::string& path;
-  std::unique_ptr<std::FILE, FileCloser> file;
+  int fd;
   std::vector<unsigned char> chunk = std::vector<unsigned char>(1 << 16);
   std::size_t size = 0;      // bytes in chunk
   std::uint64_t offset = 0;  // of chunk[0] in the file
 
+  // Reads chunk[from, end): all of it unless the file ends first. Returns size.
+  std::size_t fill(std::size_t from) {
+    size = from;
+    while (size < chunk.size()) {
+      const ssize_t k = ::read(fd, chunk.data() + size, chunk.size() - size);
+      if (k < 0 && errno == EINTR) continue;
+      ATTN_CHECK(k >= 0, IOError, "cannot read '", path, "': ", std::strerror(errno));
+      if (k == 0) break;
+      size += static_cast<std::size_t>(k);
+    }
+    return size;
+  }
   std::size_t next() {
     offset += size;
-    size = std::fread(chunk.data(), 1, chunk.size(), file.get());
-    ATTN_CHECK(!std::ferror(file.get()), IOError, "cannot read '", path,
-               "': ", std::strerror(errno));
-    return size;
+    return fill(0);
   }
 };
 
@@ -133,13 +152,51 @@ std::string inflate_members(ChunkReader& r, std::size_t max_bytes) {
   return text;
 }
 
+// A FIFO opened non-blocking (r.fd): waits until a process has it open for writing, for at most
+// kFifoWriterWait, and reads what that process has written so far into r.chunk (returns how much).
+// A read of an empty FIFO tells whether a writer has it open (EAGAIN) or none has (0 bytes), and
+// poll() reports POLLHUP once a writer has come and gone (Linux reports it only after a writer
+// has been seen): then the FIFO is read to its end, which may be at once.
+std::size_t wait_for_writer(ChunkReader& r) {
+  const auto deadline = std::chrono::steady_clock::now() + kFifoWriterWait;
+  for (bool came = false;;) {
+    const ssize_t k = ::read(r.fd, r.chunk.data(), r.chunk.size());
+    if (k > 0) return static_cast<std::size_t>(k);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;  // a writer, nothing yet
+    ATTN_CHECK(k == 0, IOError, "cannot read '", r.path, "': ", std::strerror(errno));
+    if (came) return 0;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    ATTN_CHECK(left.count() > 0, IOError, "cannot read '", r.path,
+               "': it is a FIFO that no process opened for writing within ",
+               kFifoWriterWait.count(), " s");
+    pollfd p{r.fd, POLLIN, 0};
+    came = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 50))) > 0 &&
+           (p.revents & POLLHUP) != 0;
+  }
+}
+
+// The first chunk of a file just opened non-blocking, read as a blocking open and read would, but
+// a FIFO without a writer is waited for kFifoWriterWait at most (a blocking open waits for ever).
+void read_first_chunk(ChunkReader& r) {
+  struct stat st {};
+  ATTN_CHECK(::fstat(r.fd, &st) == 0, IOError, "cannot stat '", r.path,
+             "': ", std::strerror(errno));
+  const std::size_t first = S_ISFIFO(st.st_mode) ? wait_for_writer(r) : 0;
+  const int flags = ::fcntl(r.fd, F_GETFL);
+  ATTN_CHECK(flags != -1 && ::fcntl(r.fd, F_SETFL, flags & ~O_NONBLOCK) == 0, IOError,
+             "cannot read '", r.path, "': ", std::strerror(errno));
+  r.fill(first);
+}
+
 // Plain text or gzip, told apart by the gzip magic bytes, not by the name.
 std::string read_all(const std::string& path, std::size_t max_bytes) {
-  ChunkReader r{path, std::unique_ptr<std::FILE, FileCloser>(std::fopen(path.c_str(), "rb"))};
-  ATTN_CHECK(r.file != nullptr, IOError, "cannot open '", path,
-             "' for reading: ", std::strerror(errno));
-  if (r.next() >= 2 && r.chunk[0] == 0x1f && r.chunk[1] == 0x8b)
-    return inflate_members(r, max_bytes);
+  const int fd = detail::open_without_waiting(path);
+  ATTN_CHECK(fd >= 0, IOError, "cannot open '", path, "' for reading: ", std::strerror(errno));
+  ChunkReader r(path, fd);
+  read_first_chunk(r);
+  if (r.size >= 2 && r.chunk[0] == 0x1f && r.chunk[1] == 0x8b) return inflate_members(r, max_bytes);
   std::string text;
   for (; r.size > 0; r.next())
     append_text(text, reinterpret_cast<const char*>(r.chunk.data()), r.size, max_bytes, path);

@@ -43,10 +43,12 @@ inline constexpr std::size_t kMaxTextFileLines = std::size_t{1} << 26;
 
 /// The lines of a text file, plain or gzip-compressed (detected from the content, not the name),
 /// without their '\n' or a trailing '\r'. A final line without '\n' counts; a final '\n' does not
-/// start an extra empty line. Throws IOError if the file cannot be opened or read, FormatError if
-/// a gzip stream is corrupt or truncated or if the text (after decompression) is longer than
-/// `max_bytes` or has more than kMaxTextFileLines lines (the message names the limit), DataError
-/// naming file, line and byte offset if a line is not valid UTF-8.
+/// start an extra empty line. A pipe or FIFO is read to its end, as its writer writes; if no
+/// process opens a FIFO for writing within 10 s, IOError names it (a plain open waits for ever).
+/// Throws IOError if the file cannot be opened or read, FormatError if a gzip stream is corrupt or
+/// truncated or if the text (after decompression) is longer than `max_bytes` or has more than
+/// kMaxTextFileLines lines (the message names the limit), DataError naming file, line and byte
+/// offset if a line is not valid UTF-8.
 std::vector<std::string> read_lines(const std::string& path,
                                     std::size_t max_bytes = kMaxTextFileBytes);
 

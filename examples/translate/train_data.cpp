@@ -54,24 +54,26 @@ BuiltinCorpus load_train_data(const TrainDataFlags& f, bool report) {
              ConfigError, "train: --valid-src/--valid-tgt and --test-src/--test-tgt go in pairs");
   BuiltinCorpus corpus;
   CorpusSplit& data = corpus.split;
+  // Given files that hold nothing would train nothing, or skip validation and the test BLEU without
+  // a word.
+  const auto check_not_empty = [](const ParallelCorpus& c, const char* flags,
+                                  const std::string& src, const std::string& tgt, const char* why) {
+    ATTN_CHECK(c.size() > 0, DataError, flags, " '", src, "' and '", tgt,
+               "' hold no sentence pair: nothing to ", why);
+  };
   if (f.src.empty()) {
     corpus = load_builtin(f.builtin, report);
   } else {
     data.train = read_parallel(f.src, f.tgt);
+    check_not_empty(data.train, "--src/--tgt", f.src, f.tgt, "train on");
   }
-  // Given sets that hold nothing would skip validation and the test BLEU without a word.
-  const auto check_not_empty = [](const ParallelCorpus& c, const char* flags,
-                                  const std::string& src, const std::string& tgt) {
-    ATTN_CHECK(c.size() > 0, DataError, flags, " '", src, "' and '", tgt,
-               "' hold no sentence pair: nothing to score");
-  };
   if (!f.valid_src.empty()) {
     data.valid = read_parallel(f.valid_src, f.valid_tgt);
-    check_not_empty(data.valid, "--valid-src/--valid-tgt", f.valid_src, f.valid_tgt);
+    check_not_empty(data.valid, "--valid-src/--valid-tgt", f.valid_src, f.valid_tgt, "score");
   }
   if (!f.test_src.empty()) {
     data.test = read_parallel(f.test_src, f.test_tgt);
-    check_not_empty(data.test, "--test-src/--test-tgt", f.test_src, f.test_tgt);
+    check_not_empty(data.test, "--test-src/--test-tgt", f.test_src, f.test_tgt, "score");
     corpus.showcase.clear();
   }
   return corpus;

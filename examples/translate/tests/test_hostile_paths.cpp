@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -68,6 +69,27 @@ TEST_F(HostilePaths, AFifoInPlaceOfAModelFileIsRefusedAtOnce) {
                      {m + "/" + name + ": expected a regular file, found a FIFO"});
     fs::remove_all(m);
   }
+}
+
+TEST_F(HostilePaths, ATextFifoIsWaitedForBrieflyAndNamedIfNoWriterComes) {
+  // --src naming a FIFO that no process writes to hung in open() (timeout's exit 124 here).
+  const std::string src = path("src_fifo"), tgt = path("tgt_fifo"), in = path("in_fifo");
+  make_fifo(src);
+  make_fifo(tgt);
+  const std::string bin = "timeout 60 " + std::string(ATTN_TRANSLATE_BIN);
+  expect_cli_error(
+      run_command(bin + " train --threads 1 --preset tiny --model-dir " + path("m") + " --src " +
+                      src + " --tgt " + tgt,
+                  dir_),
+      {"cannot read '" + src + "': it is a FIFO that no process opened for writing within 10 s"});
+  // A writer that starts after the reader: its line is translated, not taken for an empty input.
+  make_fifo(in);
+  const CliResult r =
+      run_command("sh -c '" + bin + " translate --threads 1 --model-dir " + model() + " --input " +
+                      in + " --output - & p=$!; sleep 1; echo the red cat > " + in + "; wait $p'",
+                  dir_);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
 }
 
 TEST_F(HostilePaths, ADanglingModelLinkIsNamed) {

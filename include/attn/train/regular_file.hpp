@@ -3,8 +3,10 @@
 // allocated. A FIFO put in place of one would block the open or the read forever, and a device
 // such as /dev/zero would never end. The open is non-blocking, so even a FIFO without a writer is
 // refused at once; the checks then run on the open descriptor, so the file cannot be swapped in
-// between. (Text the user names on the command line may well be a pipe, `--src <(zcat ...)`: that
-// is read elsewhere, as a stream.) The writer's side is atomic_file.hpp. POSIX only.
+// between. (A regular file under another process's lease refuses a non-blocking open for a moment:
+// open_without_waiting() tries again.) (Text the user names on the command line may well be a pipe,
+// `--src <(zcat ...)`: that is read elsewhere, as a stream.) The writer's side is atomic_file.hpp.
+// POSIX only.
 #pragma once
 
 #include <fcntl.h>
@@ -12,9 +14,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "attn/error.hpp"
 
@@ -34,6 +38,25 @@ inline const char* file_kind(mode_t mode) {
   return "not a regular file";
 }
 
+/// How long open_without_waiting() tries again while a lease holds the file: longer than the
+/// kernel's default lease-break-time (45 s), after which the kernel breaks a lease itself.
+inline constexpr std::chrono::seconds kLeaseWait{60};
+
+/// open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC): a descriptor at once, or -1 and errno. Unlike a
+/// blocking open it does not wait for a writer of a FIFO. A regular file that another process holds
+/// a lease on (a file server's, say) refuses a non-blocking open with EWOULDBLOCK, while the holder
+/// is told to let go; a blocking open would wait for that, so this tries again every 10 ms for up
+/// to kLeaseWait (only a regular file can be leased, so a FIFO swapped in meanwhile still does not
+/// block).
+inline int open_without_waiting(const std::string& path) {
+  const auto deadline = std::chrono::steady_clock::now() + kLeaseWait;
+  for (;;) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 || errno != EWOULDBLOCK || std::chrono::steady_clock::now() >= deadline) return fd;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 }  // namespace detail
 
 /// An open regular file and its size; closes the descriptor when it goes.
@@ -41,7 +64,7 @@ class RegularFile {
  public:
   /// Opens `path`; IOError naming it unless it is a regular file of at most max_bytes bytes.
   RegularFile(const std::string& path, std::size_t max_bytes) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    fd_ = detail::open_without_waiting(path);
     ATTN_CHECK(fd_ >= 0, IOError, "cannot open ", path, ": ", std::strerror(errno));
     struct stat st {};
     if (::fstat(fd_, &st) != 0) fail(std::string("cannot stat it: ") + std::strerror(errno));
