@@ -6,12 +6,12 @@
 #include <array>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <set>
 #include <unordered_map>
 
 #include <attn/error.hpp>
+#include <attn/train/regular_file.hpp>
 
 #include "text.hpp"
 
@@ -19,21 +19,6 @@ namespace attn::translate {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_file_bytes(const fs::path& path, std::size_t max_bytes) {
-  std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  ATTN_CHECK(!ec, IOError, "cannot read '", path.string(), "': ", ec.message());
-  ATTN_CHECK(size <= max_bytes, FormatError, "'", path.string(), "' holds ", size,
-             " bytes; expected at most ", max_bytes);
-  std::ifstream in(path, std::ios::binary);
-  ATTN_CHECK(in.good(), IOError, "cannot open '", path.string(), "'");
-  std::string data(static_cast<std::size_t>(size), '\0');
-  in.read(data.data(), static_cast<std::streamsize>(size));
-  ATTN_CHECK(static_cast<std::size_t>(in.gcount()) == size, IOError, "'", path.string(),
-             "' is shorter than its size while being read");
-  return data;
-}
 
 bool is_md5(std::string_view s) {
   return s.size() == 32 && std::all_of(s.begin(), s.end(), [](char c) {
@@ -316,8 +301,9 @@ ParallelCorpus load_debian_descriptions(const DebianDescriptionOptions& options,
   for (int l = 0; l < 2; ++l) {
     std::sort(files[l].begin(), files[l].end());
     for (const fs::path& path : files[l]) {
-      const std::string text = lz4_decompress_if_framed(
-          read_file_bytes(path, options.max_file_bytes), path.string(), options.max_file_bytes);
+      const std::string text =
+          lz4_decompress_if_framed(read_regular_file(path.string(), options.max_file_bytes),
+                                   path.string(), options.max_file_bytes);
       auto records = parse_translation_records(text, l == 0 ? "en" : "de", &st);
       parsed[l].insert(parsed[l].end(), std::make_move_iterator(records.begin()),
                        std::make_move_iterator(records.end()));

@@ -60,7 +60,8 @@ struct DebianDescriptionOptions {
   /// A pair whose longer side (of 20 code points or more) is over this many times the shorter is
   /// no translation of it: dropped, or for sentences the paragraph is taken as misaligned.
   double max_length_ratio = 2.0;
-  /// Decompressed size limit per file: a hostile frame cannot make us allocate without bound.
+  /// Size limit per file, as read and decompressed: a hostile frame cannot make us allocate
+  /// without bound.
   std::size_t max_file_bytes = std::size_t{1} << 30;
 };
 
@@ -89,7 +90,8 @@ ParallelCorpus pair_descriptions(const std::vector<Description>& english,
 
 /// Reads every *_i18n_Translation-en[.lz4] and *_i18n_Translation-de[.lz4] in
 /// options.directory and pairs them. Throws IOError naming the directory and the apt command
-/// when there is no file of either language, FormatError for a corrupt lz4 frame.
+/// when there is no file of either language, IOError naming a file that is not a regular file of
+/// at most max_file_bytes (train/regular_file.hpp), FormatError for a corrupt lz4 frame.
 ParallelCorpus load_debian_descriptions(const DebianDescriptionOptions& options = {},
                                         DebianDescriptionStats* stats = nullptr);
 

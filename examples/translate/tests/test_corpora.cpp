@@ -2,8 +2,10 @@
 // trans-de-en dictionary. Their assembly into one corpus is tested in test_builtin_corpus.cpp.
 #include <gtest/gtest.h>
 #include <lz4frame.h>
+#include <sys/stat.h>
 
 #include <filesystem>
+#include <string>
 
 #include <attn/error.hpp>
 
@@ -219,6 +221,22 @@ TEST(DebianDescriptions, LoadsAptListsAndNamesWhatIsMissing) {
   EXPECT_EQ(c.size(), 5u);
   write_file(dir / "host_debian_dists_x_main_i18n_Translation-de", "");  // empty file
   EXPECT_EQ(load_debian_descriptions(o).size(), 0u);
+  // Read as any untrusted file (train/regular_file.hpp): its size was taken from the path and the
+  // file opened after, so a FIFO put there in between would have hung the reader.
+  const fs::path de = dir / "host_debian_dists_x_main_i18n_Translation-de";
+  fs::remove(de);
+  ASSERT_EQ(::mkfifo(de.c_str(), 0644), 0);
+  EXPECT_NE(error_of<attn::IOError>([&] {
+              load_debian_descriptions(o);
+            }).find("cannot read " + de.string() + ": expected a regular file, found a FIFO"),
+            std::string::npos);
+  fs::remove(de);
+  o.max_file_bytes = kEnglish.size() + 100;  // the English file inflates within it
+  write_file(de, kGerman + std::string(o.max_file_bytes, '\n'));
+  EXPECT_NE(error_of<attn::IOError>([&] {
+              load_debian_descriptions(o);
+            }).find("more than the " + std::to_string(o.max_file_bytes) + " this reader accepts"),
+            std::string::npos);
 }
 
 // ------------------------------------------------------------------------- trans-de-en dictionary
