@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <istream>
 #include <limits>
@@ -56,13 +55,15 @@ constexpr std::chrono::seconds kFifoWriterWait{10};
 
 // A file read in chunks, with the path for messages; closes the descriptor when it goes.
 struct ChunkReader {
-  ChunkReader(const std::string& p, int descriptor) : path(p), fd(descriptor) {}
+  explicit ChunkReader(const std::string& p) : path(p) {}
   ChunkReader(const ChunkReader&) = delete;
   ChunkReader& operator=(const ChunkReader&) = delete;
-  ~ChunkReader() { ::close(fd); }
+  ~ChunkReader() {
+    if (fd >= 0) ::close(fd);
+  }
 
   const std::string& path;
-  int fd;
+  int fd = -1;
   std::vector<unsigned char> chunk = std::vector<unsigned char>(1 << 16);
   std::size_t size = 0;      // bytes in chunk
   std::uint64_t offset = 0;  // of chunk[0] in the file
@@ -168,12 +169,13 @@ std::size_t wait_for_writer(ChunkReader& r) {
     if (came) return 0;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    ATTN_CHECK(left.count() > 0, IOError, "cannot read '", r.path,
+    pollfd p{r.fd, POLLIN, 0};  // past the deadline, one last look without waiting
+    const int events =
+        ::poll(&p, 1, static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 50)));
+    came = events > 0 && (p.revents & POLLHUP) != 0;
+    ATTN_CHECK(events > 0 || left.count() > 0, IOError, "cannot read '", r.path,
                "': it is a FIFO that no process opened for writing within ",
                kFifoWriterWait.count(), " s");
-    pollfd p{r.fd, POLLIN, 0};
-    came = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 50))) > 0 &&
-           (p.revents & POLLHUP) != 0;
   }
 }
 
@@ -192,9 +194,9 @@ void read_first_chunk(ChunkReader& r) {
 
 // Plain text or gzip, told apart by the gzip magic bytes, not by the name.
 std::string read_all(const std::string& path, std::size_t max_bytes) {
-  const int fd = detail::open_without_waiting(path);
-  ATTN_CHECK(fd >= 0, IOError, "cannot open '", path, "' for reading: ", std::strerror(errno));
-  ChunkReader r(path, fd);
+  ChunkReader r(path);  // its chunk allocated first: nothing throws between the open and its owner
+  r.fd = detail::open_without_waiting(path);
+  ATTN_CHECK(r.fd >= 0, IOError, "cannot open '", path, "' for reading: ", std::strerror(errno));
   read_first_chunk(r);
   if (r.size >= 2 && r.chunk[0] == 0x1f && r.chunk[1] == 0x8b) return inflate_members(r, max_bytes);
   std::string text;

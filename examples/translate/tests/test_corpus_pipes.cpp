@@ -69,6 +69,18 @@ bool drained(int fd) {
   return false;
 }
 
+// `fifo` opened for writing, once a reader has it open (ENXIO before), in blocking mode; -1 if no
+// reader comes within 20 s (a blocking open would wait for ever for a reader that gave up).
+int open_writer(const std::string& fifo) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (;;) {
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) return ::fcntl(fd, F_SETFL, 0) == 0 ? fd : (::close(fd), -1);
+    if (errno != ENXIO || std::chrono::steady_clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 TEST(CorpusIo, AFifoThatNoProcessOpensForWritingIsNamedAfterAWait) {
   // The open waited for a writer for ever (a train --src naming such a FIFO hung).
   const fs::path dir = temp_dir("fifo");
@@ -90,10 +102,12 @@ TEST(CorpusIo, AFifoIsReadWhenItsWriterComesLateOrWritesSlowly) {
   const fs::path dir = temp_dir("fifo_writer");
   const std::string fifo = (dir / "fifo").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
-  {  // The writer opens it after the reader (the reader must wait for it, not see an end).
+  {  // The writer opens it 300 ms into the reader's wait and writes 300 ms later: the reader must
+     // wait for both, not see an end.
     ReaderThread reader(fifo);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const int writer = ::open(fifo.c_str(), O_WRONLY);  // waits for the reader if it is not there
+    const int writer = open_writer(fifo);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     EXPECT_GE(writer, 0);
     EXPECT_EQ(::write(writer, "late\n", 5), 5);
     ::close(writer);
@@ -115,7 +129,7 @@ TEST(CorpusIo, AFifoIsReadWhenItsWriterComesLateOrWritesSlowly) {
   }
   {  // A writer that opens it and goes without a word: an empty file.
     ReaderThread reader(fifo);
-    const int writer = ::open(fifo.c_str(), O_WRONLY);
+    const int writer = open_writer(fifo);
     EXPECT_GE(writer, 0);
     ::close(writer);
     EXPECT_TRUE(reader.lines().empty());

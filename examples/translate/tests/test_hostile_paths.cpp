@@ -83,10 +83,12 @@ TEST_F(HostilePaths, ATextFifoIsWaitedForBrieflyAndNamedIfNoWriterComes) {
                   dir_),
       {"cannot read '" + src + "': it is a FIFO that no process opened for writing within 10 s"});
   // A writer that starts after the reader: its line is translated, not taken for an empty input.
+  // (The outer timeout ends the writer too, should translate leave the FIFO without a reader.)
   make_fifo(in);
   const CliResult r =
-      run_command("sh -c '" + bin + " translate --threads 1 --model-dir " + model() + " --input " +
-                      in + " --output - & p=$!; sleep 1; echo the red cat > " + in + "; wait $p'",
+      run_command("timeout 90 sh -c '" + std::string(ATTN_TRANSLATE_BIN) +
+                      " translate --threads 1 --model-dir " + model() + " --input " + in +
+                      " --output - & p=$!; sleep 1; echo the red cat > " + in + "; wait $p'",
                   dir_);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;

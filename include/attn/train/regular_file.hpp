@@ -4,9 +4,9 @@
 // such as /dev/zero would never end. The open is non-blocking, so even a FIFO without a writer is
 // refused at once; the checks then run on the open descriptor, so the file cannot be swapped in
 // between. (A regular file under another process's lease refuses a non-blocking open for a moment:
-// open_without_waiting() tries again.) (Text the user names on the command line may well be a pipe,
-// `--src <(zcat ...)`: that is read elsewhere, as a stream.) The writer's side is atomic_file.hpp.
-// POSIX only.
+// open_without_waiting() tries again.) Text the user names on the command line may well be a pipe,
+// `--src <(zcat ...)`: the translate example reads it as a stream (corpus_io.cpp), with the same
+// open. The writer's side is atomic_file.hpp. POSIX only.
 #pragma once
 
 #include <fcntl.h>
@@ -42,17 +42,28 @@ inline const char* file_kind(mode_t mode) {
 /// kernel's default lease-break-time (45 s), after which the kernel breaks a lease itself.
 inline constexpr std::chrono::seconds kLeaseWait{60};
 
+/// Whether `path` names a regular file now; errno is kept.
+inline bool is_regular_file_now(const std::string& path) {
+  const int saved = errno;
+  struct stat st {};
+  const bool regular = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  errno = saved;
+  return regular;
+}
+
 /// open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC): a descriptor at once, or -1 and errno. Unlike a
 /// blocking open it does not wait for a writer of a FIFO. A regular file that another process holds
 /// a lease on (a file server's, say) refuses a non-blocking open with EWOULDBLOCK, while the holder
 /// is told to let go; a blocking open would wait for that, so this tries again every 10 ms for up
-/// to kLeaseWait (only a regular file can be leased, so a FIFO swapped in meanwhile still does not
-/// block).
+/// to kLeaseWait. Only for a regular file: a device that refuses non-blocking opens is reported at
+/// once, and a FIFO swapped in meanwhile still does not block.
 inline int open_without_waiting(const std::string& path) {
   const auto deadline = std::chrono::steady_clock::now() + kLeaseWait;
   for (;;) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd >= 0 || errno != EWOULDBLOCK || std::chrono::steady_clock::now() >= deadline) return fd;
+    if (fd >= 0 || errno != EWOULDBLOCK || !is_regular_file_now(path) ||
+        std::chrono::steady_clock::now() >= deadline)
+      return fd;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
