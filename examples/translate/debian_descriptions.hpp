@@ -42,11 +42,11 @@ struct Description {
 
 struct DebianDescriptionStats {
   std::size_t files = 0;
-  std::size_t records = 0;             ///< records seen, in all files
-  std::size_t malformed = 0;           ///< records skipped as malformed (see above)
-  std::size_t invalid_utf8 = 0;        ///< of which: not UTF-8
-  std::size_t matched = 0;             ///< German descriptions with an English original
-  std::size_t unmatched = 0;           ///< German descriptions without one
+  std::size_t records = 0;                ///< records seen, in all files
+  std::size_t malformed = 0;              ///< records skipped as malformed (see above)
+  std::size_t invalid_utf8 = 0;           ///< of which: not UTF-8
+  std::size_t matched = 0;                ///< German descriptions with an English original
+  std::size_t unmatched = 0;              ///< German descriptions without one
   std::size_t paragraphs_misaligned = 0;  ///< descriptions whose paragraph counts differ
   std::size_t sentences_misaligned = 0;   ///< paragraph pairs whose sentences do not pair up
   std::size_t dropped_urls = 0;           ///< pairs with a URL ("://") on either side
