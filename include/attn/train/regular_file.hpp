@@ -77,14 +77,12 @@ class RegularFile {
   RegularFile(const std::string& path, std::size_t max_bytes) : path_(path) {
     fd_ = detail::open_without_waiting(path);
     ATTN_CHECK(fd_ >= 0, IOError, "cannot open ", path, ": ", std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) fail(std::string("cannot stat it: ") + std::strerror(errno));
-    if (!S_ISREG(st.st_mode))
-      fail(std::string("expected a regular file, found ") + detail::file_kind(st.st_mode));
-    size_ = static_cast<std::size_t>(st.st_size);
-    if (size_ > max_bytes)
-      fail(detail::concat("it holds ", size_, " bytes, more than the ", max_bytes,
-                          " this reader accepts"));
+    try {  // no destructor runs for a constructor that throws: close here whatever is thrown
+      check_size(max_bytes);
+    } catch (...) {
+      ::close(fd_);
+      throw;
+    }
     ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);  // reads of a regular file block
   }
   RegularFile(const RegularFile&) = delete;
@@ -111,8 +109,18 @@ class RegularFile {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& why) {
-    ::close(fd_);
+  /// Sets size_ from the open file; IOError unless it is a regular file of at most max_bytes.
+  void check_size(std::size_t max_bytes) {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) fail(std::string("cannot stat it: ") + std::strerror(errno));
+    if (!S_ISREG(st.st_mode))
+      fail(std::string("expected a regular file, found ") + detail::file_kind(st.st_mode));
+    size_ = static_cast<std::size_t>(st.st_size);
+    if (size_ > max_bytes)
+      fail(detail::concat("it holds ", size_, " bytes, more than the ", max_bytes,
+                          " this reader accepts"));
+  }
+  [[noreturn]] void fail(const std::string& why) const {
     throw IOError(detail::concat("cannot read ", path_, ": ", why));
   }
 
