@@ -2,6 +2,7 @@
 // checkpoints and the final model with its reports. How it starts is in trainer_setup.cpp.
 #include "trainer.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <iomanip>

@@ -8,7 +8,6 @@
 // (log_window.hpp), and the SVG reports (train_report.hpp).
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <limits>
