@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "error_helpers.hpp"
+#include "failing_new.hpp"
 #include "pch.hpp"
 #include "temp_dir.hpp"
 
@@ -69,6 +70,42 @@ TEST_F(AtomicFile, RemoveStaleTemporariesOfEveryNameOrOfOne) {
                         "out.txt", "out.txt.attn-tmp.1", "out.txt.attn-tmp.2" + dead_pid(),
                         "out.txt.attn-tmp.old", "out.txt.tmp." + dead_pid()}));
   EXPECT_TRUE(remove_stale_temporaries(path("no such directory")).empty());
+}
+
+TEST_F(AtomicFile, ABodyThatThrowsLeavesTheOldFileAndNoTemporary) {
+  const std::vector<std::string> names = list();
+  struct BodyFailed {};
+  EXPECT_THROW(write_file_atomically(path("out.txt"),
+                                     [](int fd, std::size_t& written) -> bool {
+                                       detail::write_all(fd, "half", 4, written);
+                                       throw BodyFailed{};
+                                     }),
+               BodyFailed);
+  EXPECT_EQ(testing::read_file(path("out.txt")), "partial");
+  // The dead writer's temporary is gone, as with any write; no new one is left.
+  std::vector<std::string> expected;
+  for (const std::string& name : names)
+    if (name != "out.txt.attn-tmp." + dead_pid()) expected.push_back(name);
+  EXPECT_EQ(list(), expected);
+}
+
+TEST_F(AtomicFile, AnAllocationThatFailsLeavesNoDescriptorOpen) {
+  if (!testing::kFailingNew) GTEST_SKIP() << "operator new is the sanitizer's in this build";
+  const std::ptrdiff_t before = testing::open_descriptors();
+  auto no_descriptor_left = [&](long k, bool) {
+    EXPECT_EQ(testing::open_descriptors(), before) << "allocation " << k;
+  };
+  // Each name of a dead writer's temporary is built while the directory is open.
+  EXPECT_GE(testing::for_each_failing_allocation([&] { remove_stale_temporaries(dir_); },
+                                                 no_descriptor_left),
+            2);
+  EXPECT_GE(
+      testing::for_each_failing_allocation(
+          [&] { write_file_atomically(path("out.txt"), std::string("new")); }, no_descriptor_left),
+      2);
+  EXPECT_EQ(testing::read_file(path("out.txt")), "new");
+  for (const std::string& name : list())
+    EXPECT_EQ(name.find(".attn-tmp." + std::to_string(::getpid())), std::string::npos) << name;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // RegularFile and read_regular_file (attn/train/regular_file.hpp), the reader of every model
-// directory file: what each refusal says, and that no refusal leaves its descriptor open (a
-// constructor that throws runs no destructor, so RegularFile closes the descriptor itself).
+// directory file: what each refusal says, and that no refusal leaves its descriptor open, not even
+// one that an allocation failure interrupts (a constructor that throws runs no destructor, so
+// RegularFile closes the descriptor itself).
 #include <sys/stat.h>
 #include <attn/train/regular_file.hpp>
 
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "error_helpers.hpp"
+#include "failing_new.hpp"
 #include "pch.hpp"
 #include "temp_dir.hpp"
 
@@ -15,11 +17,7 @@ namespace attn {
 namespace {
 
 namespace fs = std::filesystem;
-
-/// How many descriptors this process holds open.
-std::ptrdiff_t open_descriptors() {
-  return std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator());
-}
+using testing::open_descriptors;
 
 class RegularFileTest : public testing::TempDirTest {};
 
@@ -56,6 +54,23 @@ TEST_F(RegularFileTest, EachRefusalNamesThePathAndWhatWasFoundAndClosesItsDescri
                 c.expected);
     }
     EXPECT_EQ(open_descriptors(), before) << c.name;
+  }
+}
+
+TEST_F(RegularFileTest, AnAllocationThatFailsAfterTheOpenLeavesNoDescriptorOpen) {
+  if (!testing::kFailingNew) GTEST_SKIP() << "operator new is the sanitizer's in this build";
+  testing::write_file(path("big"), std::string(17, 'x'));
+  fs::create_directory(path("dir"));
+  for (const std::string name : {"big", "dir"}) {
+    const std::ptrdiff_t before = open_descriptors();
+    // Every allocation of the constructor fails in turn: the path's copy before the open, then
+    // each one that builds the refusal's message after it.
+    const long failures = testing::for_each_failing_allocation(
+        [&] { RegularFile(path(name), 16); },
+        [&](long k, bool) {
+          EXPECT_EQ(open_descriptors(), before) << name << ", allocation " << k;
+        });
+    EXPECT_GE(failures, 2) << name;  // at least one allocation after the open
   }
 }
 

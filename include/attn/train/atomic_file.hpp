@@ -29,6 +29,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -162,14 +163,16 @@ inline bool temp_writer_gone(pid_t pid) {
 inline std::vector<std::string> remove_stale_temporaries(const std::string& dir,
                                                          const std::string& target_name = "") {
   std::vector<std::string> stale, removed;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return removed;
-  const std::string prefix = !dir.empty() && dir.back() == '/' ? dir : dir + "/";
-  while (const dirent* e = ::readdir(d)) {
-    const std::optional<pid_t> pid = detail::temp_writer_pid(e->d_name, target_name);
-    if (pid && detail::temp_writer_gone(*pid)) stale.push_back(prefix + e->d_name);
+  {
+    // Owned at once: the names below allocate, and a bad_alloc must not leak the directory.
+    const std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), &::closedir);
+    if (d == nullptr) return removed;
+    const std::string prefix = !dir.empty() && dir.back() == '/' ? dir : dir + "/";
+    while (const dirent* e = ::readdir(d.get())) {
+      const std::optional<pid_t> pid = detail::temp_writer_pid(e->d_name, target_name);
+      if (pid && detail::temp_writer_gone(*pid)) stale.push_back(prefix + e->d_name);
+    }
   }
-  ::closedir(d);
   for (const std::string& path : stale) {
     struct stat st {};
     if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::unlink(path.c_str()) == 0)
@@ -186,7 +189,8 @@ struct AtomicWriteResult {
 
 /// Writes `path` atomically; `body(fd, written)` writes the content with detail::write_all and
 /// returns false (errno set) on failure. IOError naming `path` and the step that failed otherwise,
-/// with the old file untouched and no temporary file left.
+/// with the old file untouched and no temporary file left; so too if `body` throws, and its
+/// exception comes out.
 inline AtomicWriteResult write_file_atomically(
     const std::string& path, const std::function<bool(int fd, std::size_t& written)>& body) {
   ATTN_CHECK(!path.empty(), IOError,
@@ -209,12 +213,20 @@ inline AtomicWriteResult write_file_atomically(
         detail::concat("cannot ", what, " ", path, " (via ", tmp, "): ", detail::errno_text(err)));
   };
   std::size_t written = 0;
-  if (!body(fd, written)) fail("write", errno, true);
+  bool wrote = false;
+  try {
+    wrote = body(fd, written);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (!wrote) fail("write", errno, true);
   if (::fsync(fd) != 0) fail("fsync", errno, true);
   if (::close(fd) != 0) fail("close", errno, false);
   try {
     detail::check_replaceable(path);  // again: the body may have taken long
-  } catch (const IOError&) {
+  } catch (...) {
     ::unlink(tmp.c_str());
     throw;
   }

@@ -112,7 +112,10 @@ class RegularFile {
   /// Sets size_ from the open file; IOError unless it is a regular file of at most max_bytes.
   void check_size(std::size_t max_bytes) {
     struct stat st {};
-    if (::fstat(fd_, &st) != 0) fail(std::string("cannot stat it: ") + std::strerror(errno));
+    if (::fstat(fd_, &st) != 0) {
+      const int err = errno;  // before the message's allocation, which may change it
+      fail(std::string("cannot stat it: ") + std::strerror(err));
+    }
     if (!S_ISREG(st.st_mode))
       fail(std::string("expected a regular file, found ") + detail::file_kind(st.st_mode));
     size_ = static_cast<std::size_t>(st.st_size);
