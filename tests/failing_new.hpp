@@ -41,24 +41,20 @@ inline std::ptrdiff_t open_descriptors() {
 }
 
 /// Runs fn() with its k-th allocation failing, for k = 0, 1, ... until a run allocates fewer
-/// than k + 1 times (so that nothing fails), and calls after_run(k, failed) after each, with the
-/// allocator whole again; `failed` says whether the run met the failure (a std::bad_alloc came
-/// out of fn). Any other exception of fn's is its own answer and is swallowed. Returns how many
-/// runs failed.
+/// than k + 1 times (so that nothing fails), and calls after_run(k) after each, with the allocator
+/// whole again. Whatever fn throws is swallowed: a std::bad_alloc, or the error fn made of it.
+/// Returns how many runs met the failure.
 template <class Fn, class AfterRun>
 long for_each_failing_allocation(Fn fn, AfterRun after_run) {
   for (long k = 0;; ++k) {
-    bool failed = false;
     detail::news_before_failure = k;
     try {
       fn();
-    } catch (const std::bad_alloc&) {
-      failed = true;
     } catch (...) {
     }
-    failed = failed || detail::news_before_failure < 0;
+    const bool failed = detail::news_before_failure < 0;  // the k-th allocation was reached
     detail::news_before_failure = -1;
-    after_run(k, failed);
+    after_run(k);
     if (!failed) return k;
   }
 }

@@ -92,7 +92,7 @@ TEST_F(AtomicFile, ABodyThatThrowsLeavesTheOldFileAndNoTemporary) {
 TEST_F(AtomicFile, AnAllocationThatFailsLeavesNoDescriptorOpen) {
   if (!testing::kFailingNew) GTEST_SKIP() << "operator new is the sanitizer's in this build";
   const std::ptrdiff_t before = testing::open_descriptors();
-  auto no_descriptor_left = [&](long k, bool) {
+  auto no_descriptor_left = [&](long k) {
     EXPECT_EQ(testing::open_descriptors(), before) << "allocation " << k;
   };
   // Each name of a dead writer's temporary is built while the directory is open.

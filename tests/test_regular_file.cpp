@@ -67,9 +67,7 @@ TEST_F(RegularFileTest, AnAllocationThatFailsAfterTheOpenLeavesNoDescriptorOpen)
     // each one that builds the refusal's message after it.
     const long failures = testing::for_each_failing_allocation(
         [&] { RegularFile(path(name), 16); },
-        [&](long k, bool) {
-          EXPECT_EQ(open_descriptors(), before) << name << ", allocation " << k;
-        });
+        [&](long k) { EXPECT_EQ(open_descriptors(), before) << name << ", allocation " << k; });
     EXPECT_GE(failures, 2) << name;  // at least one allocation after the open
   }
 }
