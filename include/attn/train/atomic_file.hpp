@@ -206,9 +206,13 @@ inline AtomicWriteResult write_file_atomically(
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   ATTN_CHECK(fd >= 0, IOError, "cannot create ", tmp, " to write ", path, ": ",
              detail::errno_text(errno));
-  auto fail = [&](const char* what, int err, bool close_fd) {
+  // Every way out before the rename leaves no temporary and no open descriptor behind.
+  const auto discard = [&](bool close_fd) {
     if (close_fd) ::close(fd);
     ::unlink(tmp.c_str());
+  };
+  const auto fail = [&](const char* what, int err, bool close_fd) {
+    discard(close_fd);
     throw IOError(
         detail::concat("cannot ", what, " ", path, " (via ", tmp, "): ", detail::errno_text(err)));
   };
@@ -217,8 +221,7 @@ inline AtomicWriteResult write_file_atomically(
   try {
     wrote = body(fd, written);
   } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
+    discard(true);
     throw;
   }
   if (!wrote) fail("write", errno, true);
@@ -227,7 +230,7 @@ inline AtomicWriteResult write_file_atomically(
   try {
     detail::check_replaceable(path);  // again: the body may have taken long
   } catch (...) {
-    ::unlink(tmp.c_str());
+    discard(false);
     throw;
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) fail("rename into", errno, false);
