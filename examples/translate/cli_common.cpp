@@ -100,15 +100,19 @@ bool threads_given(const CLI::App& sub) {
   return sub.count("--threads") + (parent ? parent->count("--threads") : 0) > 0;
 }
 
-void add_decode_flags(CLI::App* app, TranslateOptions& o) {
+void add_decode_flags(CLI::App* app, TranslateOptions& o, bool with_alpha) {
   // Checked as the flags are parsed, before a model is loaded or a line read (an interactive
   // translate took them until its first line, then named DecodeOptions' fields).
   app->add_option("--beam", o.beam, "beam size")
       ->capture_default_str()
       ->check(in_range(1, static_cast<double>(DecodeOptions::kMaxBeamSize)));
-  app->add_option("--alpha", o.alpha, "length penalty alpha of ((5+|Y|)/6)^alpha")
-      ->capture_default_str()
-      ->check(finite_non_negative());
+  if (with_alpha)
+    app->add_option("--alpha", o.alpha,
+                    "length penalty alpha of ((5+|Y|)/6)^alpha; without it, the one `select` "
+                    "chose for the model file, if it did")
+        ->capture_default_str()
+        ->check(finite_non_negative())
+        ->each([&o](const std::string&) { o.alpha_given = true; });
   app->add_flag("--greedy", o.greedy, "greedy decoding instead of beam search (default: off)");
   app->add_option("--batch-size", o.batch_size, "sentences per decoding batch")
       ->capture_default_str()

@@ -35,7 +35,7 @@ void add_threads(CLI::App* app, int& threads);
 /// Whether --threads was given, before or after the subcommand `sub`.
 bool threads_given(const CLI::App& sub);
 
-/// --beam, --alpha, --greedy, --batch-size and --max-extra-length.
-void add_decode_flags(CLI::App* app, TranslateOptions& options);
+/// --beam, --alpha (unless `with_alpha` is false), --greedy, --batch-size and --max-extra-length.
+void add_decode_flags(CLI::App* app, TranslateOptions& options, bool with_alpha = true);
 
 }  // namespace attn::translate

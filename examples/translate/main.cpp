@@ -1,4 +1,5 @@
-// attn-translate: train a Transformer translation model, translate with it, score it, average it.
+// attn-translate: train a Transformer translation model, translate with it, score it, average it,
+// choose its average and length penalty on validation data.
 // main parses, dispatches to one subcommand and maps exceptions to exit codes; each subcommand's
 // flags and run are in cli_<subcommand>.cpp, the work in trainer.cpp and translator.cpp. Every
 // option's --help line shows its default: CLI11's "=value" where there is one, "(default: ...)"
@@ -14,6 +15,7 @@
 #include "cli_average.hpp"
 #include "cli_common.hpp"
 #include "cli_evaluate.hpp"
+#include "cli_select.hpp"
 #include "cli_train.hpp"
 #include "cli_translate.hpp"
 #include "distributed.hpp"
@@ -30,10 +32,12 @@ int main(int argc, char** argv) {
   tr::TranslateCommand translate;
   tr::EvaluateCommand evaluate;
   tr::AverageCommand average;
+  tr::SelectCommand select;
   const CLI::App* train_app = tr::add_train(app, train, threads);
   const CLI::App* translate_app = tr::add_translate(app, translate, threads);
   const CLI::App* evaluate_app = tr::add_evaluate(app, evaluate, threads);
   const CLI::App* average_app = tr::add_average(app, average, threads);
+  const CLI::App* select_app = tr::add_select(app, select, threads);
   tr::check_integers(app);
   CLI11_PARSE(app, argc, argv);
 
@@ -45,6 +49,7 @@ int main(int argc, char** argv) {
     if (*translate_app) return tr::run_translate(translate);
     if (*evaluate_app) return tr::run_evaluate(evaluate);
     if (*average_app) return tr::run_average(average);
+    if (*select_app) return tr::run_select(select);
   } catch (const std::exception& e) {  // attn::Error and the rest alike: one line, exit 1
     if (!replicas || replicas->report_here(e))
       std::cerr << std::string("attn-translate: error: ") + e.what() + '\n';  // one write

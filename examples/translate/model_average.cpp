@@ -47,7 +47,8 @@ void check_finite_average(const std::vector<NamedParameter<float>>& params,
 
 }  // namespace
 
-void average_files(const std::vector<std::string>& inputs, const std::string& output) {
+void average_files(const std::vector<std::string>& inputs, const std::string& output,
+                   const std::map<std::string, std::string>& extra) {
   ATTN_CHECK(!inputs.empty(), ConfigError, "average: no input checkpoints given");
   // The model's identity is the same in every input and the only metadata kept (not the training
   // state, step, RNG and data position, of one checkpoint).
@@ -63,23 +64,35 @@ void average_files(const std::vector<std::string>& inputs, const std::string& ou
   average_checkpoints(inputs, model.parameters(), options, kModelMetadataPrefixes);
   check_finite_average(model.parameters(), inputs, options, output);
   keep["averaged_from"] = std::to_string(inputs.size());
+  for (const auto& [key, value] : extra) keep[key] = value;
   save_model(output, model, keep);
 }
 
-std::vector<std::string> average_last(const std::string& dir, int n, const std::string& output) {
+std::vector<std::string> last_checkpoints(
+    const std::vector<std::pair<std::int64_t, std::string>>& checkpoints, int n,
+    const std::string& dir) {
   ATTN_CHECK(n >= 1, ConfigError, "average: --last must be >= 1, got ", n);
+  ATTN_CHECK(static_cast<std::size_t>(n) <= checkpoints.size(), ConfigError,
+             "average: asked for the last ", n, " checkpoints but '", dir, "' has ",
+             checkpoints.size());
+  std::vector<std::string> paths;
+  for (std::size_t i = checkpoints.size() - static_cast<std::size_t>(n); i < checkpoints.size();
+       ++i)
+    paths.push_back(checkpoints[i].second);
+  return paths;
+}
+
+std::vector<std::string> last_checkpoints(const std::string& dir, int n) {
+  return last_checkpoints(list_checkpoints(dir), n, dir);
+}
+
+std::vector<std::string> average_last(const std::string& dir, int n, const std::string& output) {
   // A trainer at work in `dir` removes its oldest checkpoint as it writes a new one, so one listed
   // here may be gone when it is read (13 of 70 runs against a trainer saving every update): then
   // the checkpoints are listed again.
   constexpr int kListings = 10;
   for (int listing = 1;; ++listing) {
-    const auto ckpts = list_checkpoints(dir);
-    ATTN_CHECK(static_cast<std::size_t>(n) <= ckpts.size(), ConfigError,
-               "average: asked for the last ", n, " checkpoints but '", dir, "' has ",
-               ckpts.size());
-    std::vector<std::string> paths;
-    for (std::size_t i = ckpts.size() - static_cast<std::size_t>(n); i < ckpts.size(); ++i)
-      paths.push_back(ckpts[i].second);
+    const std::vector<std::string> paths = last_checkpoints(dir, n);
     try {
       average_files(paths, output.empty() ? final_model_path(dir) : output);
       return paths;

@@ -102,8 +102,8 @@ ModelDirLock::ModelDirLock(const std::string& dir) {
   const int err = errno;
   ::close(fd_);
   ATTN_CHECK(err != EWOULDBLOCK, ConfigError, "model directory '", dir,
-             "' is in use by another attn-translate train; wait for it to finish, or use "
-             "another directory");
+             "' is in use by another attn-translate train or select; wait for it to finish, "
+             "or use another directory");
   throw IOError(detail::concat("cannot lock model directory '", dir, "': ", std::strerror(err)));
 }
 

@@ -6,8 +6,9 @@
 //
 // Policy: a trainer starts only in a directory without weights (or continues one with --resume),
 // keeps the newest --keep checkpoints, and holds an advisory lock while it writes, so that a
-// second trainer on the same directory is refused (each would prune the other's checkpoints).
-// Temporary files that killed writers left behind are removed when the lock is taken.
+// second trainer on the same directory is refused (each would prune the other's checkpoints), and
+// so is `select` (model_select.hpp), which holds it while it scores the checkpoints. Temporary
+// files that killed writers left behind are removed when a trainer takes the lock.
 #pragma once
 
 #include <cstdint>

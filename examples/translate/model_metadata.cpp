@@ -65,4 +65,14 @@ Index model_max_len(const SafetensorsFile& file) {
   return v;
 }
 
+std::optional<double> model_alpha(const SafetensorsFile& file) {
+  const auto it = file.metadata().find(kAlphaKey);
+  if (it == file.metadata().end()) return std::nullopt;
+  const auto alpha =
+      parse_number_or_throw<double>(it->second, file.path(), std::string("metadata ") + kAlphaKey);
+  ATTN_CHECK(alpha >= 0, FormatError, file.path(), ": metadata ", kAlphaKey, " = ", alpha,
+             ", expected a length penalty >= 0");
+  return alpha;
+}
+
 }  // namespace attn::translate

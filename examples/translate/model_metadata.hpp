@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ inline constexpr const char* kVocabHashKey = "vocab.hash";
 /// checkpoint of one run, and all an averaged model keeps (not one checkpoint's training state).
 inline const std::vector<std::string> kModelMetadataPrefixes = {"config.", "vocab.", "translate."};
 
+/// The length penalty `attn-translate select` chose for a model file's weights on a validation set:
+/// translate and evaluate decode with it unless --alpha says otherwise. Not a model identity key
+/// (kModelMetadataPrefixes): it belongs to one file's weights, so an average drops it.
+inline constexpr const char* kAlphaKey = "decode.alpha";
+
 /// How attn-translate reads a model file or a training checkpoint as a model of `params`: the
 /// training state is skipped, and may hold at most the bytes of Adam's two moments (twice the
 /// parameters'; the trainer writes no "extra." tensors), so that a file declaring more is refused
@@ -48,5 +54,9 @@ TransformerConfig model_config(const SafetensorsFile& file, const SubwordVocab& 
 /// translate.max_len of `file`: the longest source it translates, in subword tokens. FormatError
 /// naming the file if it is missing, malformed or outside [1, kMaxTranslateLength].
 Index model_max_len(const SafetensorsFile& file);
+
+/// decode.alpha of `file`, or nothing if it has none. FormatError naming the file unless it is a
+/// finite number >= 0 (DecodeOptions' length_penalty).
+std::optional<double> model_alpha(const SafetensorsFile& file);
 
 }  // namespace attn::translate

@@ -4,6 +4,7 @@
 
 #include <attn/decode/beam_search.hpp>
 #include <attn/decode/greedy.hpp>
+#include <attn/train/averaging.hpp>
 #include <attn/train/checkpoint.hpp>
 #include <attn/train/model_file.hpp>
 #include <attn/train/safetensors.hpp>
@@ -70,13 +71,25 @@ std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
 
 Translator::Translator(const std::string& dir) : vocab_(SubwordVocab::load(dir)) {
   vocab_.check_directory(dir);
-  const std::string file = model_file(dir);
+  load_weights(model_file(dir));
+}
+
+Translator::Translator(const std::string& dir, const std::string& weights)
+    : vocab_(SubwordVocab::load(dir)) {
+  vocab_.check_directory(dir);
+  load_weights(weights);
+}
+
+void Translator::load_weights(const std::string& file) {
+  file_ = file;
   LoadOptions options;
   // Every value of the metadata is checked before the model it describes is built, and the
   // tensors the header declares before they are read.
   const SafetensorsFile weights = load_safetensors(file, [&](const SafetensorsFile& header) {
     const TransformerConfig config = model_config(header, vocab_);
     max_len_ = model_max_len(header);
+    alpha_ = model_alpha(header);
+    identity_ = detail::metadata_with_prefixes(header.metadata(), kModelMetadataPrefixes);
     model_ = std::make_unique<Transformer<float>>(config);
     options = model_file_options(model_->parameters());
     detail::validate_model_tensors(header, model_->parameters(), options);
@@ -84,6 +97,26 @@ Translator::Translator(const std::string& dir) : vocab_(SubwordVocab::load(dir))
   load_model(weights, model_->parameters(), options);
   check_finite_parameters(model_->parameters(), file);
   model_->eval();
+}
+
+void Translator::check_same_model(const std::string& path) const {
+  const SafetensorsFile header = read_safetensors_header(path);
+  model_config(header, vocab_);  // the vocabulary first: its message says what differs
+  detail::check_same_metadata(
+      identity_, detail::metadata_with_prefixes(header.metadata(), kModelMetadataPrefixes), file_,
+      path);
+  detail::validate_model_tensors(header, model_->parameters(),
+                                 model_file_options(model_->parameters()));
+}
+
+void Translator::load_average(const std::vector<std::string>& paths) {
+  ATTN_CHECK(!paths.empty(), ConfigError, "no checkpoints to average");
+  check_same_model(paths.front());  // average_checkpoints holds the others to the first
+  const std::vector<NamedParameter<float>> params = model_->parameters();
+  average_checkpoints(paths, params, model_file_options(params), kModelMetadataPrefixes);
+  check_finite_parameters(params, detail::concat("the average of ", paths.size(),
+                                                 " checkpoints ending with ", paths.back()));
+  alpha_.reset();
 }
 
 std::vector<std::string> Translator::translate(const std::vector<std::string>& lines,
@@ -97,7 +130,7 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& l
     ids[i] = encode_source(vocab_, lines[i], max_len_,
                            detail::concat(input_name, " line ", first_line + i));
   }
-  const auto out = translate_ids(*model_, ids, options);
+  const auto out = translate_ids(*model_, ids, resolve(options));
   std::vector<std::string> text(out.size());
   for (std::size_t i = 0; i < out.size(); ++i) text[i] = vocab_.decode(out[i]);
   return text;

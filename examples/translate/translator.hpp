@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,9 @@ struct TranslateOptions {
   bool greedy = false;
   Index beam = DecodeOptions{}.beam_size;
   double alpha = DecodeOptions{}.length_penalty;
+  /// Whether `alpha` was asked for (--alpha): if not, Translator decodes with the length penalty
+  /// stored in the model file (decode.alpha, written by `attn-translate select`), if any.
+  bool alpha_given = false;
   Index batch_size = 32;  ///< sentences per decoder batch
   Index max_extra_length = DecodeOptions{}.max_extra_length;
 
@@ -45,6 +50,19 @@ class Translator {
   /// Loads the vocabulary and weights of `dir`; refuses a directory whose vocab.txt does not
   /// describe its spm.model or whose weights were trained with another vocabulary.
   explicit Translator(const std::string& dir);
+  /// The vocabulary of `dir` with the weights of the file `weights` (a checkpoint of `dir`).
+  Translator(const std::string& dir, const std::string& weights);
+
+  /// FormatError naming `path` unless it is a model file or checkpoint of this model: the same
+  /// vocabulary, the same model metadata (kModelMetadataPrefixes) to the byte, as
+  /// average_checkpoints asks, and tensors of the parameters' shapes (only its header is read).
+  void check_same_model(const std::string& path) const;
+
+  /// Replaces the weights with the mean of the checkpoints `paths` (average_checkpoints), the
+  /// first checked by check_same_model and the others held to it: FormatError naming the first
+  /// that differs, NumericError if the mean holds a non-finite value. The model file's
+  /// decode.alpha no longer applies. Lets `select` score averages without writing them.
+  void load_average(const std::vector<std::string>& paths);
 
   /// One output line per input line. An empty line gives an empty line. Before any decoding,
   /// throws DataError naming `input_name`, the (1-based) line and the problem if a line is not
@@ -66,11 +84,24 @@ class Translator {
   Transformer<float>& model() { return *model_; }
   const SubwordVocab& vocab() const { return vocab_; }
   Index max_len() const { return max_len_; }
+  /// The model file's decode.alpha, if it has one.
+  std::optional<double> stored_alpha() const { return alpha_; }
+  /// `options` as translate() decodes with them: the stored alpha unless options.alpha_given.
+  TranslateOptions resolve(TranslateOptions options) const {
+    if (!options.alpha_given && alpha_) options.alpha = *alpha_;
+    return options;
+  }
 
  private:
   SubwordVocab vocab_;
   std::unique_ptr<Transformer<float>> model_;
   Index max_len_ = 0;
+  std::optional<double> alpha_;
+  std::string file_;                             ///< the weights loaded at construction
+  std::map<std::string, std::string> identity_;  ///< their model metadata
+
+  /// Builds the model that `file` describes and loads its weights, every field checked first.
+  void load_weights(const std::string& file);
 };
 
 }  // namespace attn::translate

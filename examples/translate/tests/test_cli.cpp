@@ -127,6 +127,15 @@ std::map<std::string, std::string> decode_defaults() {
           {"--threads", "2"}};
 }
 
+// select decodes as evaluate does, with a list of length penalties instead of one (their default
+// and --last's are in the descriptions, checked below).
+std::map<std::string, std::string> select_defaults() {
+  auto d = decode_defaults();
+  d.erase("--alpha");
+  d["--tokenize"] = "13a";
+  return d;
+}
+
 // ----------------------------------------------------------------------- interactive session
 
 // Reads from `fd` until a '\n' arrives; fails the test after `seconds` without one.
@@ -157,7 +166,8 @@ TEST_F(Cli, EverySubcommandHelpShowsThreadsAndEveryDefault) {
       {"train", train_defaults()},
       {"translate", decode_defaults()},
       {"evaluate", decode_defaults()},
-      {"average", {{"--threads", "2"}, {"--last", "0"}}}};
+      {"average", {{"--threads", "2"}, {"--last", "0"}}},
+      {"select", select_defaults()}};
   for (const auto& [sub, defaults] : expected) {
     SCOPED_TRACE("attn-translate " + sub + " --help");
     const CliResult r = run(sub + " --help");
