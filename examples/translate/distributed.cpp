@@ -150,7 +150,8 @@ class MpiReplicas final : public Replicas {
   }
 
   void start(Transformer<float>& model, std::uint64_t batches,
-             const std::map<std::string, std::string>& metadata) override {
+             const std::map<std::string, std::string>& metadata,
+             const std::function<std::uint64_t()>& state) override {
     try {
       check_same_on_all_ranks(fingerprint(metadata),
                               "training options, model configuration or vocabulary");
@@ -158,6 +159,9 @@ class MpiReplicas final : public Replicas {
                               "training batches (the data files; under --bpe-dropout also the "
                               "pieces drawn, which need the same sentencepiece library)");
       check_same_on_all_ranks(parameter_fingerprint(model.parameters()), "starting parameters");
+      check_same_on_all_ranks(state(),
+                              "update count, data position, Adam moments and dropout stream (the "
+                              "training state a checkpoint restores)");
     } catch (const ConfigError& e) {
       throw AgreedError(e.what());  // every rank saw the same fingerprints
     }

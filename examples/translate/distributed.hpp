@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -63,10 +64,14 @@ class Replicas {
   /// Once the model is built or resumed: gives this rank its dropout stream and checks that every
   /// rank starts from the same parameters, training batches (`batches`: their fingerprint, which
   /// the trainer computed once; under --bpe-dropout also of the first epoch's pieces) and
-  /// checkpoint metadata (configuration, vocabulary, training options), AgreedError otherwise;
-  /// agree_on_flags compared the stopping rules.
+  /// checkpoint metadata (configuration, vocabulary, training options) and training state
+  /// (`state`, called only with several ranks: a fingerprint of the update count, data position,
+  /// optimizer moments and dropout stream), AgreedError otherwise; agree_on_flags compared the
+  /// stopping rules. Ranks that resumed other checkpoints of the same weights would stop at
+  /// different updates (one waiting for the other's sums for ever) or drift apart.
   virtual void start(Transformer<float>& /*model*/, std::uint64_t /*batches*/,
-                     const std::map<std::string, std::string>& /*metadata*/) {}
+                     const std::map<std::string, std::string>& /*metadata*/,
+                     const std::function<std::uint64_t()>& /*state*/) {}
   /// Rank 0's `value` on every rank: decisions that must not differ (stop on wall time).
   virtual bool rank0_decides(bool value) { return value; }
   /// The largest `value` of any rank, on every rank: a signal that reached any rank stops them

@@ -114,6 +114,8 @@ class Trainer {
   void resume_newest_loadable(const TrainOptions& given);
   void set_aside_skipped_checkpoints();  // rank 0, once the ranks agreed (start)
   std::map<std::string, std::string> metadata() const;
+  /// The update count, data position, Adam moments and dropout stream, for the ranks to compare.
+  std::uint64_t state_fingerprint() const;
   BatchingOptions batching_options() const;
   LossStats update();  // one optimiser step; returns its smoothed loss over every rank
   // The progress line after an update; at a log point also a curve point, and a new window.

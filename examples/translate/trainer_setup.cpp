@@ -132,7 +132,8 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
                          : std::string("--tokens-per-update "),
              opt_.tokens_per_update, " is more than the ", epoch_tokens,
              " target tokens of all the training data: an update may take at most one epoch");
-  replicas_->start(*model_, stream_->batches_fingerprint(), metadata());
+  replicas_->start(*model_, stream_->batches_fingerprint(), metadata(),
+                   [this] { return state_fingerprint(); });
   if (opt_.resume) set_aside_skipped_checkpoints();
 }
 
@@ -168,6 +169,20 @@ void Trainer::resume_newest_loadable(const TrainOptions& given) {
   }
   throw FormatError(
       detail::concat("--resume: no checkpoint of '", opt_.model_dir, "' loads: ", reasons()));
+}
+
+// Besides the weights, all a resumed checkpoint restores that changes what training computes.
+std::uint64_t Trainer::state_fingerprint() const {
+  const DataPosition at = stream_->position();
+  const RandomState& random = model_->random_state();
+  const std::uint64_t counts[] = {static_cast<std::uint64_t>(adam_->steps()), at.epoch,
+                                  static_cast<std::uint64_t>(at.batch), random.seed,
+                                  random.counter};
+  std::uint64_t h = fnv1a(kFnv1aOffset, counts, sizeof counts);
+  for (const auto& moment : adam_->state())
+    h = fnv1a(h, moment.value.data(),
+              static_cast<std::size_t>(moment.value.numel()) * sizeof(float));
+  return h;
 }
 
 // Left in place, the skipped checkpoints would stay the newest, and pruning would remove the ones

@@ -15,66 +15,11 @@
 
 #include <attn/train/safetensors.hpp>
 
-#include "corpus_io.hpp"
-#include "translate_fixture.hpp"
+#include "mpi_fixture.hpp"
 
 using namespace attn::translate::testing;
 
 namespace {
-
-class Mpi : public TempDirTest {
- protected:
-  void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(TempDirTest::SetUp());
-    const tr::CorpusSplit d = split();
-    tr::write_lines(path("train.en"), d.train.src);
-    tr::write_lines(path("train.de"), d.train.tgt);
-  }
-  /// Flags shared by every run: the tiny preset on the synthetic corpus, several batches of
-  /// several rows per update (so both sharing and accumulation are exercised), 1 thread a rank
-  /// unless `threads` says otherwise ("": the default).
-  std::string common(double dropout, const std::string& threads = "--threads 1") const {
-    return threads + " --src " + path("train.en") + " --tgt " + path("train.de") +
-           " --preset tiny --dropout " + std::to_string(dropout) +
-           " --vocab-size 60 --max-tokens 128 --tokens-per-update 300 --max-len 32 --warmup 20"
-           " --valid-every 0 --checkpoint-every 0 --svg 0 --log-every 1";
-  }
-  CliResult run(const std::string& args) const { return run_cli(args, dir_); }
-  /// `mpiexec <launch>`: "-n 2 BIN args" or an MPMD line "-n 1 BIN a : -n 1 BIN b".
-  CliResult mpirun(const std::string& launch) const {
-    return run_command(std::string(ATTN_MPIEXEC) + " " + launch, dir_);
-  }
-  CliResult ranks(int n, const std::string& args) const {
-    return mpirun("-n " + std::to_string(n) + " " + std::string(ATTN_TRANSLATE_BIN) + " " + args);
-  }
-  /// `train --model-dir <model_dir> --steps <steps> <flags> common(dropout)` on n ranks, or as one
-  /// process without mpiexec when n is 0; a failure of the test unless it exits 0.
-  CliResult train(int n, const std::string& model_dir, int steps, const std::string& flags,
-                  double dropout) const {
-    const std::string args = "train --model-dir " + model_dir + " --steps " +
-                             std::to_string(steps) + " " + flags + " " + common(dropout);
-    CliResult r = n == 0 ? run(args) : ranks(n, args);
-    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
-    return r;
-  }
-  /// n ranks summing the gradients during backward (the default) and after it
-  /// (--no-overlap-allreduce) write the same bytes. Dropout on, and several batches per update
-  /// (--tokens-per-update 300, --max-tokens 128): only the last backward pass of each sums.
-  void expect_overlap_changes_no_bit(int n) const;
-};
-
-// The checkpoint of `step` and the final model of two model directories are the same bytes.
-void expect_same_checkpoints(const std::string& a, const std::string& b, int step) {
-  expect_same_files(a, b,
-                    {"checkpoint_" + std::to_string(step) + ".safetensors", "model.safetensors"});
-}
-
-void Mpi::expect_overlap_changes_no_bit(int n) const {
-  const std::string during = path("during"), after = path("after");
-  if (train(n, during, 3, "", 0.1).exit_code != 0) return;
-  if (train(n, after, 3, "--no-overlap-allreduce", 0.1).exit_code != 0) return;
-  expect_same_checkpoints(during, after, 3);
-}
 
 // The progress line of update `step` in `log` from "step N | loss " on, with the loss's digits
 // (empty if there is none).
@@ -177,33 +122,6 @@ TEST_F(Mpi, RanksDrawTheSamePiecesUnderBpeDropout) {
   if (train(2, a, 11, flags + " --resume", 0.1).exit_code != 0) return;
   if (train(2, b, 11, flags, 0.1).exit_code != 0) return;
   expect_same_checkpoints(a, b, 11);
-}
-
-// A checkpoint that one rank alone cannot read (its file system, say; made so here by
-// ATTN_TRANSLATE_FAULT_UNREADABLE_STEP) makes that rank resume from an older one. The weights of
-// the ranks then differ and the job stops before its first update, but rank 0 must not set the
-// checkpoint aside even when it is the rank that could not read it: the file is sound, and a rerun
-// that can read it goes on from it.
-TEST_F(Mpi, ACheckpointOneRankCannotReadIsNotSetAside) {
-  const std::string bin = ATTN_TRANSLATE_BIN;
-  const std::string fault = "env ATTN_TRANSLATE_FAULT_UNREADABLE_STEP=4 ";
-  for (const int unreadable_on : {0, 1}) {
-    SCOPED_TRACE("unreadable on rank " + std::to_string(unreadable_on));
-    const std::string m = path("m" + std::to_string(unreadable_on));
-    if (train(2, m, 2, "", 0).exit_code != 0) return;
-    if (train(2, m, 4, "--resume", 0).exit_code != 0) return;
-    const std::string args = " train --model-dir " + m + " --steps 6 --resume " + common(0);
-    const CliResult r = mpirun("-n 1 " + (unreadable_on == 0 ? fault : "") + bin + args +
-                               " : -n 1 " + (unreadable_on == 1 ? fault : "") + bin + args);
-    EXPECT_NE(r.exit_code, 0);
-    EXPECT_TRUE(contains(r.err, "starting parameters")) << r.err;
-    EXPECT_FALSE(contains(r.err, "set aside")) << r.err;
-    const auto ckpts = tr::list_checkpoints(m);
-    ASSERT_FALSE(ckpts.empty());
-    EXPECT_EQ(ckpts.back().first, 4);
-    if (train(2, m, 6, "--resume", 0).exit_code != 0) return;
-    EXPECT_TRUE(fs::exists(m + "/checkpoint_6.safetensors"));
-  }
 }
 
 TEST_F(Mpi, SummingDuringBackwardGivesTheBitsOfSummingAfterItOnTwoRanks) {
@@ -317,48 +235,6 @@ TEST_F(Mpi, ASignalToOneRankStopsEveryRankAfterTheSameUpdate) {
   }
   EXPECT_TRUE(fs::exists(m + "/checkpoint_" + std::to_string(step_at(first)) + ".safetensors"));
   EXPECT_FALSE(contains(log, "MPI_ABORT")) << log;
-}
-
-TEST_F(Mpi, RanksThatWouldTrainDifferentlyAreStoppedBeforeTheFirstStep) {
-  // Different --steps would leave one rank waiting for the other: refused, by every rank at once.
-  const std::string bin = ATTN_TRANSLATE_BIN;
-  const std::string args = " train --model-dir " + path("m") + " " + common(0);
-  const CliResult r =
-      mpirun("-n 1 " + bin + args + " --steps 3 : -n 1 " + bin + args + " --steps 4");
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_TRUE(contains(r.err, "attn-translate: error: rank 1's --max-tokens, --steps")) << r.err;
-  EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;  // agreed, so no rank is killed
-  EXPECT_FALSE(fs::exists(path("m") + "/checkpoint_3.safetensors"));
-}
-
-TEST_F(Mpi, FlagsThatDecideTheExchangesAreComparedBeforeAnyOther) {
-  // A --resume on rank 0 alone took a path without the barrier the other rank waited in: the
-  // job hung before the options were compared. --minutes 0 and 1e-7 were compared as printed
-  // with six decimals, alike, and the rank with a time limit waited for the other.
-  const std::string bin = ATTN_TRANSLATE_BIN;
-  const std::string args = " train --model-dir " + path("m") + " --steps 3 " + common(0);
-  for (const auto& [first, second] : std::vector<std::pair<std::string, std::string>>{
-           {" --resume", ""}, {" --minutes 0", " --minutes 1e-7"}}) {
-    const CliResult r = mpirun("-n 1 " + bin + args + first + " : -n 1 " + bin + args + second);
-    EXPECT_EQ(r.exit_code, 1) << first << second << "\n" << r.err;
-    EXPECT_TRUE(contains(r.err,
-                         "attn-translate: error: rank 1's --max-tokens, --steps, --minutes, "
-                         "--resume, --max-tokens-per-rank or --no-overlap-allreduce"))
-        << r.err;
-    EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;
-  }
-  // --max-tokens-per-rank whose whole batch a checkpoint could not record (it wrote checkpoints
-  // that --resume then refused).
-  std::string flags = common(0);
-  flags.replace(flags.find("--max-tokens 128"), 16, "--max-tokens 1099511627776");
-  const CliResult r = ranks(
-      2, "train --model-dir " + path("m2") + " --steps 3 " + flags + " --max-tokens-per-rank");
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_TRUE(contains(r.err,
-                       "--max-tokens 1099511627776 per rank on 2 ranks is more than "
-                       "1099511627776 tokens per batch"))
-      << r.err;
-  EXPECT_FALSE(contains(r.err, "MPI_ABORT")) << r.err;
 }
 
 TEST_F(Mpi, ARankBoundToOneCoreTrainsWithOneThreadByDefaultAndWarnsOfMore) {
