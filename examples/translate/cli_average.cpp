@@ -17,7 +17,8 @@ CLI::App* add_average(CLI::App& app, AverageCommand& c, int& threads) {
       ->add_option("--last", c.last,
                    "average the last N checkpoints of --model-dir into its model.safetensors, "
                    "or into --output (0: use --inputs)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(integer_check<int>());
   average->add_option("--inputs", c.inputs, "checkpoint files to average (default: none)");
   average->add_option("--output", c.output,
                       "output file: required with --inputs; with --last, written instead of "

@@ -29,8 +29,16 @@ CLI::Validator number_check(const std::string& name, const std::string& expected
       name);
 }
 
-// A validator of integers of type T: the whole input, in decimal, within T's range. Unnamed, so
-// that --help shows the option's type alone (INT, not INT:INT).
+// Whether an option's type, as --help shows it ("INT", or "INT:[1,256]" with a named validator),
+// is `type`.
+bool has_type(const CLI::Option& option, const std::string& type) {
+  const std::string name = option.get_type_name();
+  return name.compare(0, type.size(), type) == 0 &&
+         (name.size() == type.size() || name[type.size()] == ':');
+}
+
+}  // namespace
+
 template <class T>
 CLI::Validator integer_check() {
   return CLI::Validator(
@@ -38,21 +46,24 @@ CLI::Validator integer_check() {
         T value{};
         const char* last = input.data() + input.size();
         const auto [end, ec] = std::from_chars(input.data(), last, value);
-        if (ec == std::errc() && end == last && !input.empty()) return std::string();
-        return "expected an integer in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
-               std::to_string(std::numeric_limits<T>::max()) + "], got " + input;
+        if (ec != std::errc() || end != last || input.empty())
+          return "expected a decimal integer in [" + std::to_string(std::numeric_limits<T>::min()) +
+                 ", " + std::to_string(std::numeric_limits<T>::max()) + "], got " + input;
+        // CLI11 converts with strtoll(s, 0, 0), which reads "010" as octal 8: it is given the
+        // number's own digits instead.
+        input = std::to_string(value);
+        return std::string();
       },
       std::string());
 }
-
-}  // namespace
+template CLI::Validator integer_check<int>();
 
 void check_integers(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
-    if (option->get_type_name() == "INT")
-      option->check(integer_check<std::int64_t>());
-    else if (option->get_type_name() == "UINT")
-      option->check(integer_check<std::uint64_t>());
+    if (has_type(*option, "INT"))
+      option->transform(integer_check<std::int64_t>());
+    else if (has_type(*option, "UINT"))
+      option->transform(integer_check<std::uint64_t>());
   }
   for (CLI::App* sub : app.get_subcommands({})) check_integers(*sub);
 }

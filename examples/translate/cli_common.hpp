@@ -17,10 +17,20 @@ const CLI::Validator& finite_non_negative();
 /// A number in [lo, hi].
 CLI::Validator in_range(double lo, double hi);
 
+/// A check that a value is a decimal integer within T's range (int, std::int64_t or
+/// std::uint64_t), which hands CLI11 the number's own digits ("010" as "10"): add it with
+/// Option::transform, as Option::check passes validators a copy. Unnamed, so that --help shows
+/// the option's type alone (INT, not INT:INT).
+template <class T>
+CLI::Validator integer_check();
+
 /// Adds to every option of `app` and of its subcommands bound to an integer (CLI11's type names
-/// INT and UINT) a check that the value is a decimal integer within 64 bits, signed or not. CLI11
-/// reads them with strtoll and strtoull, which clamp a value out of range, and strtoull wraps a
-/// negative one: --seed -1 trained with seed 2^64 - 1, --steps 2^63 ran without a limit.
+/// INT and UINT, alone or with a named check: "INT:[1,256]") integer_check for 64 bits, signed or
+/// not, run before any other check; an option bound to an int needs integer_check<int>() too, for a
+/// message that names its range. CLI11 reads them with strtoll(s, 0, 0) and strtoull, which clamp a
+/// value out of range, read a leading 0 as octal and 0x as hexadecimal, and strtoull wraps a
+/// negative one: --seed -1 trained with seed 2^64 - 1, --steps 2^63 ran without a limit, --steps
+/// 010 ran 8 steps.
 void check_integers(CLI::App& app);
 
 /// IOError unless everything written to standard output so far got there (a full disk, a

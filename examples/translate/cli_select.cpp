@@ -56,7 +56,8 @@ CLI::App* add_select(CLI::App& app, SelectCommand& c, int& threads) {
                    "number of checkpoints are skipped (default: " +
                        joined(defaults.lasts) + ")")
       ->delimiter(',')
-      ->check(positive());
+      ->check(positive())
+      ->transform(integer_check<int>());
   select
       ->add_option("--alpha", c.options.alphas,
                    "length penalties alpha of ((5+|Y|)/6)^alpha, comma-separated (default: " +

@@ -67,7 +67,9 @@ void add_option_flags(CLI::App* train, TrainOptions& t) {
         return;
       }
     }
-    train->add_option(info.flag, field, info.help)->capture_default_str();
+    CLI::Option* option = train->add_option(info.flag, field, info.help)->capture_default_str();
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int>)
+      option->transform(integer_check<int>());
   });
   train->get_option("--model-dir")->required();
   train->get_option("--preset")
@@ -86,7 +88,8 @@ void add_command_flags(CLI::App* train, TrainCommand& c) {
                   "under mpirun, sum the gradients over the ranks after backward, not during it "
                   "(the same result; for comparison) (default: off)");
   train->add_option("--show", c.show, "test translations printed at the end")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(integer_check<int>());
 }
 
 // The saved model's test BLEU, then `show` translations: the short sentences of the built-in

@@ -158,12 +158,20 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
       // Found only after the vocabulary was trained.
       {"--max-tokens 1", "--max-tokens 1 must be at least --max-len 128 so that a pair"},
       // Out of 64 bits: CLI11 clamped them (and wrapped -1 to 2^64 - 1) without a word.
-      {"--seed -1", "expected an integer in [0, 18446744073709551615], got -1"},
-      {"--seed 18446744073709551616", "expected an integer in [0, 18446744073709551615]"},
+      {"--seed -1", "expected a decimal integer in [0, 18446744073709551615], got -1"},
+      {"--seed 18446744073709551616", "expected a decimal integer in [0, 18446744073709551615]"},
       {"--steps 9223372036854775808",
-       "expected an integer in [-9223372036854775808, 9223372036854775807], got "
+       "expected a decimal integer in [-9223372036854775808, 9223372036854775807], got "
        "9223372036854775808"},
-      {"--steps 12abc", "expected an integer in [-9223372036854775808"},
+      {"--steps 12abc", "expected a decimal integer in [-9223372036854775808"},
+      // CLI11 read a leading 0 as octal (--steps 010 ran 8 steps) and 0x as hexadecimal, and int
+      // fields out of 32 bits were "Could not convert" without a range.
+      {"--keep 010 --average 11",
+       "--average 11 averages the last 11 checkpoints, but --keep 10 keeps only 10"},
+      {"--steps 0x10", "--steps: expected a decimal integer in [-9223372036854775808"},
+      {"--keep 9223372036854775807",
+       "--keep: expected a decimal integer in [-2147483648, 2147483647], got 9223372036854775807"},
+      {"--show 2147483648", "--show: expected a decimal integer in [-2147483648, 2147483647]"},
       {"--vocab-size 3000000", "--vocab-size must be in [1, 2097152], got 3000000"},
       {"--average 2 --keep 1",
        "--average 2 averages the last 2 checkpoints, but --keep 1 keeps only 1"},

@@ -46,7 +46,12 @@ TEST_F(Reliability, AbsurdDecodeFlagsAreRefusedWithTheirBounds) {
       {"--max-extra-length -1", "--max-extra-length: expected a number in [0,4096], got -1"},
       {"--alpha nan", "--alpha: expected a finite number >= 0, got nan"},
       {"--alpha -0.5", "--alpha: expected a finite number >= 0, got -0.5"},
-      {"--batch-size 0", "--batch-size: expected a number > 0, got 0"}};
+      {"--batch-size 0", "--batch-size: expected a number > 0, got 0"},
+      // CLI11 read 0x as hexadecimal and clamped a number past 64 bits (the check of the integer
+      // flags missed those with a named range check, whose type reads INT:[1,256]).
+      {"--beam 0x10", "--beam: expected a decimal integer in [-9223372036854775808"},
+      {"--batch-size 99999999999999999999",
+       "--batch-size: expected a decimal integer in [-9223372036854775808"}};
   for (const auto& [flags, expected] : cases) {
     for (const std::string& stdin_path : {std::string("/dev/null"), in}) {
       SCOPED_TRACE(flags + " < " + stdin_path);
