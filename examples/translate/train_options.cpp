@@ -6,7 +6,7 @@
 #include <string>
 #include <type_traits>
 
-#include <attn/parallel.hpp>  // physical_memory_bytes
+#include <attn/parallel.hpp>  // memory_limit_bytes
 #include <attn/train/model_file.hpp>
 
 namespace attn::translate {
@@ -14,7 +14,9 @@ namespace attn::translate {
 namespace {
 
 // ConfigError naming the flag unless the model of `c` is within ConfigLimits (as a model file's
-// must be) and its weights, gradients and Adam's two moments fit in this machine's memory.
+// must be) and its weights, gradients and Adam's two moments fit in the memory this process may
+// use (physical memory, or less under an address-space or data limit, where it ended in
+// std::bad_alloc after writing the vocabulary).
 void check_model_size(const TransformerConfig& c) {
   if (const std::optional<ConfigLimitBreach> b = config_limit_breach(c)) {
     std::string flag = b->field;
@@ -26,11 +28,12 @@ void check_model_size(const TransformerConfig& c) {
   }
   const double gib = std::ldexp(1.0, 30);
   const double needed = 16.0 * static_cast<double>(min_parameter_count(c));
-  const double memory = attn::detail::physical_memory_bytes();  // 0 if unknown: no check
+  const double memory = attn::detail::memory_limit_bytes();  // 0 if unknown: no check
   ATTN_CHECK(memory <= 0 || needed <= memory, ConfigError, "a model of at least ",
              min_parameter_count(c), " parameters needs ", needed / gib,
-             " GiB for its weights, gradients and Adam's moments, more than this machine's ",
-             memory / gib, " GiB (--d-model, --d-ff, --layers and --vocab-size set its size)");
+             " GiB for its weights, gradients and Adam's moments, more than the ", memory / gib,
+             " GiB this process may use (its machine's memory or its address-space limit; "
+             "--d-model, --d-ff, --layers and --vocab-size set the model's size)");
 }
 
 // Whether an override is given: an integer > 0, a floating-point value >= 0 (a dropout), a switch

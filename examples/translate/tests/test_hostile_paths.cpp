@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "sanitizers.hpp"
 #include "train_state.hpp"
 #include "trainer.hpp"
 #include "translate_fixture.hpp"
@@ -137,7 +138,7 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
       {"--layers 100000", "--layers 100000 is more than the 1024 a model file may hold"},
       {"--d-model 2147483648", "--d-model 2147483648 is more than the 65536"},
       {"--d-model 16384 --d-ff 1048576 --heads 8",
-       "GiB for its weights, gradients and Adam's moments, more than this machine's"},
+       "GiB for its weights, gradients and Adam's moments, more than the "},
       // Negative or NaN: the preset's value, or no limit, without a word.
       {"--d-model -16", "--d-model must be >= 0 (0: the preset's), got -16"},
       {"--steps -1", "--steps must be >= 0 (0: no limit), got -1"},
@@ -199,6 +200,24 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
     EXPECT_TRUE(contains(r.err, c.expected)) << r.err;
     EXPECT_FALSE(fs::exists(m + "/spm.model"));  // refused before the vocabulary was trained
   }
+}
+
+// Sized against physical memory alone, a model that fits in it but not under the process's
+// address-space limit passed, and training ended in "std::bad_alloc" with the vocabulary written.
+TEST_F(HostilePaths, AModelBeyondTheAddressSpaceLimitIsRefusedBeforeAnyDataIsRead) {
+  if (attn::testing::kSanitized)
+    GTEST_SKIP() << "address-space limits do not work under ASan or TSan";
+  const std::string m = path("m");
+  const CliResult r =
+      run_command("ulimit -v 4000000; " + std::string(ATTN_TRANSLATE_BIN) +
+                      " train --preset tiny --model-dir " + m + " --d-model 4096 --d-ff 16384",
+                  dir_);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err,
+                       "GiB this process may use (its machine's memory or its "
+                       "address-space limit;"))
+      << r.err;
+  EXPECT_FALSE(fs::exists(m + "/spm.model"));
 }
 
 // The Trainer checks its options as the CLI checks the flags (TrainOptions::validate, in its
