@@ -237,6 +237,21 @@ TEST(DebianDescriptions, LoadsAptListsAndNamesWhatIsMissing) {
               load_debian_descriptions(o);
             }).find("more than the " + std::to_string(o.max_file_bytes) + " this reader accepts"),
             std::string::npos);
+  // Many files, each within its limit, are held to one limit together: the English file and
+  // copies of the German one, with room for two of them.
+  write_file(de, kGerman);
+  o.max_file_bytes = std::size_t{1} << 30;
+  o.max_total_bytes = kEnglish.size() + 2 * kGerman.size();
+  for (const char* copy : {"a", "b", "c"})
+    write_file(dir / (std::string("host_debian_dists_") + copy + "_main_i18n_Translation-de"),
+               kGerman);
+  const std::string message = error_of<attn::FormatError>([&] { load_debian_descriptions(o); });
+  EXPECT_NE(message.find("hold more than " + std::to_string(o.max_total_bytes) +
+                         " bytes together, the most that are read"),
+            std::string::npos)
+      << message;
+  o.max_total_bytes += 2 * kGerman.size();  // room for all four
+  EXPECT_EQ(load_debian_descriptions(o).size(), 5u);
 }
 
 // ------------------------------------------------------------------------- trans-de-en dictionary
