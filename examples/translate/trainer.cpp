@@ -31,6 +31,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr const char* kDiverged = " (try a lower --lr-factor, a longer --warmup or --clip-norm)";
 
 }  // namespace
 
@@ -64,8 +65,7 @@ LossStats Trainer::update() {
       // Logits of the non-padding targets only, and the gradient overwrites them (a handle to
       // the model's buffer): one [n, V] buffer instead of two [B, T, V].
       Tensor<float> logits = model_->forward_scored(b.src, b.tgt_in, b.tgt_out);
-      const LossStats s =
-          loss_->forward_backward_in_place(logits, model_->scored_targets(), 1.0, step);
+      const LossStats s = loss_and_gradient(logits, step);
       ATTN_CHECK(step != faults_.loss_step, NumericError, "loss is NaN at step ", step,
                  " (made so by ATTN_TRANSLATE_FAULT_STEP)");
       check_finite(s, step);
@@ -84,8 +84,7 @@ LossStats Trainer::update() {
   last_grad_norm_ = grad_norm(adam_->parameters());
   if (!std::isfinite(last_grad_norm_)) {
     const std::string message =
-        attn::detail::concat("step ", step, ": the gradient norm is ", last_grad_norm_,
-                             " (try a lower --lr-factor, a longer --warmup or --clip-norm)");
+        attn::detail::concat("step ", step, ": the gradient norm is ", last_grad_norm_, kDiverged);
     // The sums made the gradients, and so this error, the same on every rank: rank 0 reports it.
     if (replicas_->size() > 1) throw AgreedError(message);
     throw NumericError(message);
@@ -93,6 +92,17 @@ LossStats Trainer::update() {
   if (opt_.clip_norm > 0) clip_grad_norm(adam_->parameters(), opt_.clip_norm);
   adam_->step(learning_rate(step));
   return stats;
+}
+
+// The loss's NumericError for logits that are not finite (weights that the last update made
+// so, with a learning rate too high: --lr-factor 1e30 failed at step 2 naming only a logits row),
+// with what to change.
+LossStats Trainer::loss_and_gradient(Tensor<float>& logits, Index step) {
+  try {
+    return loss_->forward_backward_in_place(logits, model_->scored_targets(), 1.0, step);
+  } catch (const NumericError& e) {
+    throw NumericError(attn::detail::concat(e.what(), kDiverged));
+  }
 }
 
 double Trainer::learning_rate(Index step) const {

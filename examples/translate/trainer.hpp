@@ -116,6 +116,8 @@ class Trainer {
   std::map<std::string, std::string> metadata() const;
   /// The update count, data position, Adam moments and dropout stream, for the ranks to compare.
   std::uint64_t state_fingerprint() const;
+  /// The label-smoothed loss of `logits`, its gradient written over them.
+  LossStats loss_and_gradient(Tensor<float>& logits, Index step);
   BatchingOptions batching_options() const;
   LossStats update();  // one optimiser step; returns its smoothed loss over every rank
   // The progress line after an update; at a log point also a curve point, and a new window.

@@ -251,4 +251,17 @@ TEST(TrainState, CurvesRoundTripWithNaNAndRefuseWhatTheyDoNotHold) {
         << bad;
 }
 
+// A learning rate that blows the weights up makes the next step's logits NaN: the loss's message
+// named only a logits row (--lr-factor 1e30 on the CLI), now it says what to change.
+TEST_F(Reliability, LogitsMadeNotFiniteByTheLastUpdateNameTheFlagsToChange) {
+  tr::TrainOptions o = tiny_options(path("m"));
+  o.lr_factor = 1e30;
+  o.steps = 5;
+  tr::Trainer t(o, split());
+  const std::string message = error_of<attn::NumericError>([&] { t.train(); });
+  EXPECT_TRUE(contains(message, "contains NaN or Inf at step ")) << message;
+  EXPECT_TRUE(contains(message, "(try a lower --lr-factor, a longer --warmup or --clip-norm)"))
+      << message;
+}
+
 }  // namespace
