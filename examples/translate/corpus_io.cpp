@@ -87,12 +87,12 @@ struct ChunkReader {
 };
 
 // Appends `n` bytes to the text, refusing it once it grows beyond `max_bytes`, however small the
-// compressed file is.
+// compressed file is (`inflated`: the text comes out of gzip).
 void append_text(std::string& text, const char* bytes, std::size_t n, std::size_t max_bytes,
-                 const std::string& path) {
+                 const std::string& path, bool inflated) {
   ATTN_CHECK(n <= max_bytes - text.size(), FormatError, "'", path, "' holds more than ", max_bytes,
-             " bytes of text (the limit of one text file after decompression); a gzip file that "
-             "inflates this far is refused");
+             " bytes of text (the limit of one text file after decompression)",
+             inflated ? "; a gzip file that inflates this far is refused" : "");
   text.append(bytes, n);
 }
 
@@ -143,7 +143,7 @@ std::string inflate_members(ChunkReader& r, std::size_t max_bytes) {
                member > 0 ? detail::concat(" (in the bytes after its first member, from offset ",
                                            member, ")")
                           : std::string());
-    append_text(text, out.data(), out.size() - zs.avail_out, max_bytes, r.path);
+    append_text(text, out.data(), out.size() - zs.avail_out, max_bytes, r.path, true);
     ended = rc == Z_STREAM_END;
     full = !ended && zs.avail_out == 0;
   }
@@ -201,7 +201,8 @@ std::string read_all(const std::string& path, std::size_t max_bytes) {
   if (r.size >= 2 && r.chunk[0] == 0x1f && r.chunk[1] == 0x8b) return inflate_members(r, max_bytes);
   std::string text;
   for (; r.size > 0; r.next())
-    append_text(text, reinterpret_cast<const char*>(r.chunk.data()), r.size, max_bytes, path);
+    append_text(text, reinterpret_cast<const char*>(r.chunk.data()), r.size, max_bytes, path,
+                false);
   return text;
 }
 

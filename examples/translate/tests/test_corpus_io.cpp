@@ -77,6 +77,16 @@ TEST(CorpusIo, GzipBombStopsAtTheCap) {
   EXPECT_NE(e.find("bomb.gz' holds more than 1048576 bytes of text (the limit of one text file"),
             std::string::npos)
       << e;
+  EXPECT_NE(e.find("; a gzip file that inflates this far is refused"), std::string::npos) << e;
+  // A plain file (/dev/zero, say) is no gzip file: the message does not call it one.
+  write_lines((dir / "plain").string(), {std::string(kCap, 'p')});
+  const std::string plain =
+      error_of<attn::FormatError>([&] { read_lines((dir / "plain").string(), kCap); });
+  EXPECT_NE(plain.find("holds more than 1048576 bytes of text (the limit of one text file after "
+                       "decompression)"),
+            std::string::npos)
+      << plain;
+  EXPECT_EQ(plain.find("gzip"), std::string::npos) << plain;
   ReadParallelOptions capped;
   capped.max_bytes = kCap;
   const std::string p = error_of<attn::FormatError>([&] { read_parallel(bomb, bomb, capped); });
