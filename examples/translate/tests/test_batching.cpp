@@ -121,6 +121,23 @@ TEST(SubwordVocab, TheThreadCountLeavesNoTraceInTheModel) {
   }
 }
 
+// sentencepiece leaves out sentences longer than 4,192 bytes; with none left it failed with
+// "Internal: ... [!sentences_.empty()]", which said nothing of the lines.
+TEST(Bpe, TrainingOnOnlyOverlongLinesNamesTheLimit) {
+  const std::vector<std::string> lines = {std::string(5000, 'a'), std::string(4193, 'b')};
+  const std::string m = error_of<attn::DataError>([&] {
+    SubwordVocab::train(lines, fresh_temp_path("vocab_long").string(), {100, 1});
+  });
+  EXPECT_NE(m.find("every one of the 2 training sentences is longer than 4192 bytes"),
+            std::string::npos)
+      << m;
+  // Overlong lines among others are left out, as before.
+  std::vector<std::string> with_others = toy_sentences();
+  with_others.insert(with_others.end(), lines.begin(), lines.end());
+  EXPECT_NO_THROW(
+      SubwordVocab::train(with_others, fresh_temp_path("vocab_fits").string(), {100, 1}));
+}
+
 TEST(SubwordVocab, Errors) {
   const fs::path missing = fresh_temp_path("vocab_missing");
   EXPECT_NE(error_of<attn::IOError>([&] {
