@@ -33,10 +33,11 @@ std::vector<std::string> read_input(const std::string& path) {
   return lines;
 }
 
-void write_output(const std::string& path, const std::vector<std::string>& lines) {
-  if (path != "-") return write_lines(path, lines);
+// `text`: the translations, each followed by '\n'.
+void write_output(const std::string& path, const std::string& text) {
+  if (path != "-") return write_text(path, text);
   errno = 0;
-  for (std::size_t i = 0; i < lines.size() && std::cout; ++i) std::cout << lines[i] << '\n';
+  std::cout << text;
   check_stdout("the translations");
 }
 
@@ -77,8 +78,16 @@ int run_translate(const TranslateCommand& c) {
   // Input first: a bad input file is reported without waiting for the model to load.
   const std::vector<std::string> lines = read_input(c.input);
   Translator translator(c.model_dir);
-  write_output(c.output, translator.translate(lines, c.decode,
-                                              c.input == "-" ? "<stdin>" : "'" + c.input + "'"));
+  // Joined as they come, a chunk at a time (translate_each): a std::string per output line took
+  // 32 bytes besides its text, and with the subword ids of every line at once, 6.6 GB for the
+  // 60 MB of a file of empty lines.
+  std::string text;
+  translator.translate_each(lines, c.decode, c.input == "-" ? "<stdin>" : "'" + c.input + "'",
+                            [&](std::string&& line) {
+                              text += line;
+                              text += '\n';
+                            });
+  write_output(c.output, text);
   return 0;
 }
 

@@ -255,10 +255,14 @@ std::string gzip(const std::string& text, const std::string& path) {
 }  // namespace
 
 void write_lines(const std::string& path, const std::vector<std::string>& lines) {
-  // Atomically (a temporary file beside `path`, renamed over it once complete): a failed write,
-  // a full disk say, leaves the old file as it was, never a partial one in its place.
   std::string text;
   for (const std::string& line : lines) text += line + '\n';
+  write_text(path, text);
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  // Atomically (a temporary file beside `path`, renamed over it once complete): a failed write,
+  // a full disk say, leaves the old file as it was, never a partial one in its place.
   const bool gz = path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
   ATTN_CHECK(!gz || text.size() <= std::numeric_limits<uInt>::max(), IOError, "cannot write '",
              path, "': ", text.size(), " bytes are too many to compress in one piece");

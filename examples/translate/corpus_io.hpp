@@ -70,6 +70,8 @@ inline void strip_utf8_bom(std::string& text) {
 /// written beside `path` and renamed over it when complete, so on failure (IOError naming the
 /// path) an existing file is left as it was.
 void write_lines(const std::string& path, const std::vector<std::string>& lines);
+/// write_lines of lines already joined, each followed by '\n'.
+void write_text(const std::string& path, const std::string& text);
 
 /// What read_parallel does with a pair where either side is empty or only whitespace.
 enum class EmptyLinePolicy {

@@ -119,21 +119,43 @@ void Translator::load_average(const std::vector<std::string>& paths) {
   alpha_.reset();
 }
 
+std::vector<std::vector<TokenId>> Translator::encode_lines(const std::string* first, std::size_t n,
+                                                           const std::string& input_name,
+                                                           std::size_t first_line) const {
+  std::vector<std::vector<TokenId>> ids(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    check_utf8_line(first[i], input_name, first_line + i);
+    ids[i] = encode_source(vocab_, first[i], max_len_,
+                           detail::concat(input_name, " line ", first_line + i));
+  }
+  return ids;
+}
+
 std::vector<std::string> Translator::translate(const std::vector<std::string>& lines,
                                                const TranslateOptions& options,
                                                const std::string& input_name,
                                                std::size_t first_line) {
   // Every line is checked before the first is decoded, so a bad line costs no decoding time.
-  std::vector<std::vector<TokenId>> ids(lines.size());
-  for (std::size_t i = 0; i < lines.size(); ++i) {
-    check_utf8_line(lines[i], input_name, first_line + i);
-    ids[i] = encode_source(vocab_, lines[i], max_len_,
-                           detail::concat(input_name, " line ", first_line + i));
-  }
-  const auto out = translate_ids(*model_, ids, resolve(options));
+  const auto out = translate_ids(
+      *model_, encode_lines(lines.data(), lines.size(), input_name, first_line), resolve(options));
   std::vector<std::string> text(out.size());
   for (std::size_t i = 0; i < out.size(); ++i) text[i] = vocab_.decode(out[i]);
   return text;
+}
+
+void Translator::translate_each(const std::vector<std::string>& lines,
+                                const TranslateOptions& options, const std::string& input_name,
+                                const std::function<void(std::string&&)>& sink) {
+  // Checked first, chunk by chunk, so that a bad line costs no decoding time; each chunk's ids
+  // are made again when it is decoded (encoding costs far less than decoding).
+  for (std::size_t at = 0; at < lines.size(); at += kChunkLines)
+    encode_lines(lines.data() + at, std::min(kChunkLines, lines.size() - at), input_name, at + 1);
+  const TranslateOptions resolved = resolve(options);
+  for (std::size_t at = 0; at < lines.size(); at += kChunkLines) {
+    const auto ids = encode_lines(lines.data() + at, std::min(kChunkLines, lines.size() - at),
+                                  input_name, at + 1);
+    for (const auto& out : translate_ids(*model_, ids, resolved)) sink(vocab_.decode(out));
+  }
 }
 
 BleuScore Translator::evaluate(const std::vector<std::string>& src,

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -73,6 +74,16 @@ class Translator {
                                      const TranslateOptions& options,
                                      const std::string& input_name = "input",
                                      std::size_t first_line = 1);
+  /// translate(), each output line handed to `sink` in order, the lines decoded kChunkLines at a
+  /// time: a line's subword ids and output ids are held while its chunk is decoded only. Every
+  /// line is checked before the first is decoded all the same.
+  void translate_each(const std::vector<std::string>& lines, const TranslateOptions& options,
+                      const std::string& input_name,
+                      const std::function<void(std::string&&)>& sink);
+  /// Lines per chunk of translate_each: sorted by length within it into batches, as many as make
+  /// full batches of similar lengths, while 2^26 lines (the most an input file may have) took
+  /// about 112 bytes each all at once besides their text, 7.5 GB.
+  static constexpr std::size_t kChunkLines = 1 << 16;
 
   /// BLEU of the translations of `src` against `refs`; DataError naming both counts if they
   /// differ, and what translate() throws.
@@ -93,6 +104,11 @@ class Translator {
   }
 
  private:
+  /// The subword ids of lines first[0, n), each checked (translate()'s DataError).
+  std::vector<std::vector<TokenId>> encode_lines(const std::string* first, std::size_t n,
+                                                 const std::string& input_name,
+                                                 std::size_t first_line) const;
+
   SubwordVocab vocab_;
   std::unique_ptr<Transformer<float>> model_;
   Index max_len_ = 0;

@@ -13,6 +13,7 @@
 #include "model_dir.hpp"
 #include "safetensors_edit.hpp"
 #include "translate_fixture.hpp"
+#include "translator.hpp"
 
 using namespace attn::translate::testing;
 
@@ -79,6 +80,33 @@ TEST_F(Outputs, AverageRefusesToWriteANonFiniteModel) {
   EXPECT_FALSE(fs::exists(out));
   for (const auto& e : fs::recursive_directory_iterator(dir_))
     EXPECT_FALSE(contains(e.path().filename().string(), ".attn-tmp.")) << e.path();
+}
+
+// translate_each decodes kChunkLines lines at a time and writes the lines as they come: the same
+// lines as translate() of them all, in order, across chunk boundaries; and a bad line in a later
+// chunk is still refused before any decoding.
+TEST_F(Outputs, TranslationInChunksGivesTheLinesOfTranslationWhole) {
+  tr::Translator t(model());
+  tr::TranslateOptions greedy;
+  greedy.greedy = true;
+  const std::size_t chunk = tr::Translator::kChunkLines;
+  std::vector<std::string> lines(chunk + 5);  // empty lines decode to empty lines, quickly
+  const std::vector<std::size_t> at = {0, chunk - 1, chunk, chunk + 4};
+  const std::vector<std::string> words = {"the red cat", "a dog", "the cat runs", "two dogs"};
+  for (std::size_t i = 0; i < at.size(); ++i) lines[at[i]] = words[i];
+  std::vector<std::string> each;
+  t.translate_each(lines, greedy, "input", [&](std::string&& s) { each.push_back(std::move(s)); });
+  ASSERT_EQ(each.size(), lines.size());
+  const std::vector<std::string> whole = t.translate(words, greedy);
+  for (std::size_t i = 0; i < at.size(); ++i) EXPECT_EQ(each[at[i]], whole[i]) << at[i];
+  EXPECT_EQ(each[1], "");
+  lines.back() = "\xff";
+  std::size_t sunk = 0;
+  const std::string message = error_of<attn::DataError>(
+      [&] { t.translate_each(lines, greedy, "input", [&](std::string&&) { ++sunk; }); });
+  EXPECT_NE(message.find("input line " + std::to_string(lines.size())), std::string::npos)
+      << message;
+  EXPECT_EQ(sunk, 0u);
 }
 
 }  // namespace
