@@ -282,6 +282,48 @@ TEST(ApiEdges, AdamRefusesATensorListedTwiceOrOverlappingViews) {
   EXPECT_NO_THROW(Adam<float>(model.parameters()));
 }
 
+TEST(ApiEdges, AModelItsFileReaderWouldRefuseIsNotBuilt) {
+  // Session 53's audit: learned positions of 2^20 + 1 or a vocabulary of 2^24 + 1 were built and
+  // saved, then refused by config_from_model_file; a vocabulary or a layer count of 2^40 ended in
+  // std::bad_alloc or the OOM killer. The constructor applies the reader's limits (one list of
+  // them, ConfigLimits through FieldRule) before it allocates anything.
+  const auto small = [] {
+    TransformerConfig c = TransformerConfig::tiny(20);
+    c.d_model = 2;
+    c.heads = 1;
+    c.d_ff = 2;
+    c.encoder_layers = c.decoder_layers = 1;
+    return c;
+  };
+  struct Case {
+    void (*set)(TransformerConfig&);
+    std::string message;
+  };
+  const Case cases[] = {
+      {[](TransformerConfig& c) { c.learned_positions = true, c.max_positions = (1 << 20) + 1; },
+       "TransformerConfig: max_positions = 1048577 is outside [0, 1048576], the range a model "
+       "file may hold"},
+      {[](TransformerConfig& c) { c.src_vocab = c.tgt_vocab = (1 << 24) + 1; },
+       "TransformerConfig: src_vocab = 16777217 is outside [0, 16777216]"},
+      {[](TransformerConfig& c) { c.src_vocab = c.tgt_vocab = Index(1) << 40; },
+       "TransformerConfig: src_vocab = 1099511627776 is outside [0, 16777216]"},
+      {[](TransformerConfig& c) { c.encoder_layers = Index(1) << 40; },
+       "TransformerConfig: encoder_layers = 1099511627776 is outside [0, 1024]"},
+      {[](TransformerConfig& c) { c.max_positions = -3; },  // unused without learned positions
+       "TransformerConfig: max_positions = -3 is outside [0, 1048576]"}};
+  for (const Case& k : cases) {
+    TransformerConfig c = small();
+    k.set(c);
+    EXPECT_NO_THROW(c.validate());  // the limits are the constructor's: see check_config_limits
+    const std::string msg = error_of<ConfigError>([&] { Transformer<float> m(c); });
+    EXPECT_TRUE(contains(msg, k.message)) << msg;
+  }
+  TransformerConfig at_limit = small();
+  at_limit.learned_positions = true;
+  at_limit.max_positions = Index(1) << 20;
+  EXPECT_NO_THROW(Transformer<float>{at_limit});
+}
+
 class ApiEdgesFiles : public testing::TempDirTest {};
 
 TEST_F(ApiEdgesFiles, SaveSafetensorsRefusesAShapeItsReaderRefuses) {

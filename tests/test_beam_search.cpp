@@ -237,6 +237,13 @@ TEST(BeamSearch, EmptySourceBatchesAndNonFiniteLengthPenaltiesAreRefused) {
     EXPECT_THROW(beam_search(m, src, o), ShapeError) << src.shape();
     EXPECT_THROW(greedy_decode(m, src, o), ShapeError) << src.shape();
   }
+  // A default tensor was asked for its axis 0 before its shape was checked.
+  for (const bool greedy : {true, false})
+    EXPECT_EQ(testing::error_of<ShapeError>([&] {
+                greedy ? greedy_decode(m, Tensor<TokenId>(), o)
+                       : beam_search(m, Tensor<TokenId>(), o);
+              }),
+              "decode: expected non-empty source ids [B, S], got []");
   const Tensor<TokenId> one = Tensor<TokenId>::full({1, 3}, 5);
   for (double alpha :
        {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), -0.5}) {
@@ -266,6 +273,31 @@ TEST(BeamSearch, LogitsThatAreNotFiniteAreRefused) {
       EXPECT_NE(m_what.find("the model's activations overflow"), std::string::npos) << m_what;
     }
   }
+}
+
+// Both took their sizes on trust (an assertion only, compiled out in release builds): tokens
+// shorter than B*W rows were written past, and a live count other than 1 or W read past the
+// logits.
+TEST(BeamSearch, BeamStateRefusesTokensAndLiveCountsOfTheWrongSize) {
+  DecodeOptions o;
+  o.beam_size = 4;
+  BeamState beams({3, 3}, o, 10, 0);
+  Tensor<float> logits({2 * 4, 10});  // room for B*W rows, as a caller of live = W gives
+  for (Index i = 0; i < logits.numel(); ++i) logits.data()[i] = static_cast<float>(i % 7);
+  for (const Index live : {Index(0), Index(3), Index(8)})
+    EXPECT_EQ(testing::error_of<ShapeError>([&] { beams.step(logits.data(), live, 0); }),
+              "BeamState::step: expected live = 1 (the first step) or the beam width 4 rows per "
+              "sentence, got " +
+                  std::to_string(live));
+  ASSERT_FALSE(beams.step(logits.data(), 1, 0));
+  for (const Shape& shape : {Shape{2, 1}, Shape{8}, Shape{8, 2}, Shape{}}) {
+    Tensor<TokenId> tokens = shape.rank() == 0 ? Tensor<TokenId>() : Tensor<TokenId>(shape);
+    EXPECT_EQ(testing::error_of<ShapeError>([&] { beams.next_tokens(tokens); }),
+              "BeamState::next_tokens: expected tokens [B*W, 1] = [8, 1], got " + shape.str());
+  }
+  Tensor<TokenId> tokens = Tensor<TokenId>::full({8, 1}, -1);
+  beams.next_tokens(tokens);
+  EXPECT_EQ(tokens(0, 0), 6);  // the best first token of sentence 0: logit 6 of row 0
 }
 
 // How the beams take over the first step's caches: row b of the gathered cache is row rows[b].

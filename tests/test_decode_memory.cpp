@@ -1,6 +1,6 @@
-// Decoding's key/value caches are sized before they are allocated: a batch of sentences times a
-// beam times the output length can ask for more than the machine holds, and greedy decoding and
-// beam search refuse such a call with a ConfigError naming the sizes, before they encode.
+// What decoding holds is sized before it is allocated: a batch of sentences times a beam times the
+// output length can ask for more than the machine holds, and greedy decoding and beam search
+// refuse such a call with a ConfigError naming the sizes, before they encode.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -9,8 +9,10 @@
 #include <attn/decode/beam_search.hpp>
 #include <attn/decode/greedy.hpp>
 
+#include "address_space_limit.hpp"
 #include "error_helpers.hpp"
 #include "pch.hpp"
+#include "sanitizers.hpp"
 
 namespace attn {
 namespace {
@@ -46,8 +48,8 @@ TEST(DecodeMemory, IsWhatTheCachesHoldAtTheirLargest) {
   EXPECT_GT(detail::decode_memory(L, D, B, true, W, S, max_len, 4).available, 0.0);
 }
 
-// Enough sentences of one token, at the largest beam and output length, for caches beyond what
-// this process may have: both decoders refuse them before encoding, naming the sizes.
+// Enough sentences of one token, at the largest beam and output length, for more than this
+// process may have: both decoders refuse them before encoding, naming the sizes.
 TEST(DecodeMemory, CachesBeyondTheMachinesMemoryAreRefusedBeforeDecoding) {
   Transformer<float> m(TransformerConfig::tiny(32));
   DecodeOptions o;
@@ -56,6 +58,8 @@ TEST(DecodeMemory, CachesBeyondTheMachinesMemoryAreRefusedBeforeDecoding) {
   const Index L = m.config().decoder_layers, D = m.config().d_model;
   for (bool greedy : {true, false}) {
     SCOPED_TRACE(greedy ? "greedy" : "beam search");
+    // Sized by the caches alone, so that a decoder that counted only them refuses it too (rather
+    // than allocate the machine's memory).
     const detail::DecodeMemory one =
         detail::decode_memory(L, D, 1, !greedy, o.beam_size, 1, 1 + o.max_extra_length, 4);
     ASSERT_GT(one.available, 0.0);
@@ -67,9 +71,45 @@ TEST(DecodeMemory, CachesBeyondTheMachinesMemoryAreRefusedBeforeDecoding) {
                               std::to_string(greedy ? 1 : o.beam_size) +
                               " beam rows, sources of up to 1 tokens and outputs of up to 4097";
     EXPECT_NE(what.find(sizes), std::string::npos) << what;
-    EXPECT_NE(what.find("GiB of key/value caches, more than the"), std::string::npos) << what;
+    EXPECT_NE(what.find("GiB of key/value caches, "), std::string::npos) << what;
+    EXPECT_NE(what.find(" of activations and logits), more than the"), std::string::npos) << what;
     EXPECT_NE(what.find("lower beam_size or max_extra_length"), std::string::npos) << what;
   }
+}
+
+// The caches are not all that decoding holds: every encoder layer keeps its activations for the
+// batch, and each step makes logits [rows, V]. A greedy translation estimated at 1.91 GiB (its
+// caches) used 5.49 GB (session 53's audit). Here the encoder's activations are more than three
+// times the caches. Under an address-space limit, a batch whose caches fit but whose whole estimate
+// does not is refused before it encodes (it was a std::bad_alloc), and a batch estimated at half
+// the headroom decodes: the estimate is not far below what decoding takes.
+TEST(DecodeMemory, TheEncodersActivationsAndTheLogitsCountToo) {
+  if (testing::kSanitized) GTEST_SKIP() << "address-space limits do not work under ASan or TSan";
+  Transformer<float> m(TransformerConfig::tiny(32));
+  DecodeOptions o;
+  o.max_extra_length = 0;
+  const Index S = 64;
+  const auto src = [&](Index B) { return Tensor<TokenId>::full({B, S}, 7); };
+  const rlim_t headroom = rlim_t{128} << 20;
+  const auto fits =
+      static_cast<Index>(static_cast<double>(headroom) / 2 /
+                         detail::decode_memory(m.config(), 1, false, 1, S, S, 4).total());
+  ASSERT_GT(fits, 16);
+  // Threads, tables, packed weights and the buffers of a batch that fits exist before the limit.
+  set_num_threads(2);
+  greedy_decode(m, src(fits), o);
+  const testing::AddressSpaceLimit limit(headroom);
+  if (!limit.ok()) GTEST_SKIP() << "cannot lower the address-space limit below the hard one";
+  const detail::DecodeMemory one = detail::decode_memory(m.config(), 1, false, 1, S, S, 4);
+  ASSERT_GT(one.total(), 3 * one.caches) << "the encoder's activations dominate";
+  const auto refused = static_cast<Index>(one.available / one.total()) + 1;
+  EXPECT_LT(static_cast<double>(refused) * one.caches, one.available) << "the caches fit";
+  const std::string what =
+      testing::error_of<ConfigError>([&] { greedy_decode(m, src(refused), o); });
+  EXPECT_NE(what.find("decode: " + std::to_string(refused) + " sentences x 1 beam rows"),
+            std::string::npos)
+      << what;
+  EXPECT_EQ(greedy_decode(m, src(fits), o).size(), static_cast<std::size_t>(fits));
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Dropout: identity in eval mode and at p = 0, the drop rate and scaling, masks as a function of
 // (seed, counter), thread-count independence, gradients, configuration errors.
+#include <attn/kernels/gemm.hpp>
 #include <attn/nn/dropout.hpp>
 
+#include "error_helpers.hpp"
 #include "gradcheck.hpp"
 #include "pch.hpp"
 
@@ -320,6 +322,35 @@ TEST(Dropout, RejectsProbabilitiesOutsideZeroOne) {
     EXPECT_NE(std::string(e.what()).find("[2, 3]"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("[3, 2]"), std::string::npos) << e.what();
   }
+}
+
+// The kernels' own entry points took any p (session 53's audit): p >= 1 zeroed the output, and NaN
+// or a negative p was taken for no dropout, in silence. Each call checks p once.
+TEST(Dropout, KernelEntryPointsRejectProbabilitiesOutsideZeroOne) {
+  std::vector<float> x(100, 1.0f), y(100);
+  RowMatrix<float> a = RowMatrix<float>::Ones(32, 16), b = RowMatrix<float>::Ones(16, 8), c(32, 8);
+  kernels::Epilogue<float> epi;
+  epi.dropout.key = 1;
+  for (const double p : {std::nan(""), -0.5, 1.0, 2.0}) {
+    std::ostringstream value;
+    value << p;
+    const std::string got = "dropout probability must be in [0, 1), got " + value.str();
+    EXPECT_EQ(testing::error_of<ConfigError>(
+                  [&] { kernels::dropout_forward(y.data(), x.data(), 100, p, 7); }),
+              "kernels::dropout_forward: " + got);
+    EXPECT_EQ(testing::error_of<ConfigError>(
+                  [&] { kernels::dropout_backward(y.data(), x.data(), 100, p, 7); }),
+              "kernels::dropout_backward: " + got);
+    epi.dropout.p = p;
+    EXPECT_EQ(testing::error_of<ConfigError>([&] { kernels::gemm(c, a, b, false, epi); }),
+              "kernels::gemm: " + got);
+  }
+  EXPECT_EQ(testing::error_of<ShapeError>(
+                [&] { kernels::dropout_forward(y.data(), x.data(), -5, 0.1, 7); }),
+            "kernels::dropout_forward: n must be >= 0, got -5");
+  epi.dropout.p = 0.5;
+  kernels::gemm(c, a, b, false, epi);  // each product is 16: 32 where kept, else 0
+  for (Index i = 0; i < c.size(); ++i) EXPECT_TRUE(c.data()[i] == 0 || c.data()[i] == 32) << i;
 }
 
 }  // namespace

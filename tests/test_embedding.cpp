@@ -311,6 +311,10 @@ TEST(LearnedPositionalEmbedding, GradientsMatchCentralDifferences) {
 
 TEST(LearnedPositionalEmbedding, PositionsBeyondMaxLenAreRejected) {
   LearnedPositionalEmbedding<float> pe(8, 4);
+  // A default dy matched the shape [] of the output not yet made, and the message was an axis's.
+  for (const Tensor<float>& dy : {Tensor<float>(), Tensor<float>({1, 3, 4})})
+    expect_error<StateError>([&] { pe.backward(dy); },
+                             {"LearnedPositionalEmbedding::backward: needs a forward first"});
   expect_error<IndexError>(
       [&] {
         pe.forward(Tensor<float>({1, 9, 4}));

@@ -178,6 +178,41 @@ TEST(Loss, InPlaceGradientEqualsTheOutOfPlaceOne) {
   EXPECT_EQ(std::memcmp(d.data(), in_place.data(), sizeof(float) * 64 * 701), 0);
 }
 
+// A dlogits sharing part of the logits' storage overwrote rows still to be read: a wrong loss in
+// silence (session 53's audit). The very same elements are the in-place gradient; rows of one
+// buffer that do not overlap are tensors of their own.
+TEST(Loss, ADlogitsOverlappingTheLogitsElsewhereIsRefused) {
+  const Index N = 8, V = 16;
+  Tensor<float> buffer(Shape{2 * N + 1, V});
+  Rng rng(3);
+  fill_normal(buffer, rng, 0, 3);
+  Tensor<TokenId> targets(Shape{N});
+  for (Index i = 0; i < N; ++i) targets.data()[i] = static_cast<TokenId>(i + 1);
+  LabelSmoothedCrossEntropy<float> loss(0.1, 0);
+  const Tensor<float> logits = buffer.slice(1, N + 1);  // rows 1..N of the buffer
+  Tensor<float> reference;
+  const LossStats want = loss.forward_backward(logits.clone(), targets, 1.0, reference);
+  Tensor<float> from_start = buffer;  // row 0 on: resize() keeps the storage, one row before
+  EXPECT_EQ(error_of<ConfigError>([&] { loss.forward_backward(logits, targets, 1.0, from_start); }),
+            "LabelSmoothedCrossEntropy: dlogits shares part of the storage of logits [8, 16] (it "
+            "starts 16 elements before them): pass the logits themselves for an in-place "
+            "gradient, or a tensor of its own");
+  Tensor<float> same = logits.clone();  // the in-place gradient, through this overload
+  const LossStats in_place = loss.forward_backward(same, targets, 1.0, same);
+  EXPECT_EQ(in_place.smoothed_loss, want.smoothed_loss);
+  EXPECT_EQ(std::memcmp(same.data(), reference.data(), sizeof(float) * N * V), 0);
+  // The loss of rows N+1.. of the buffer, its gradient into rows 0..N-1 (resize() keeps a handle
+  // at offset 0): one storage, no element both read and written.
+  Tensor<float> head = buffer;
+  const Tensor<float> late = buffer.slice(N + 1, 2 * N + 1);
+  Tensor<float> late_reference;
+  const LossStats late_want = loss.forward_backward(late.clone(), targets, 1.0, late_reference);
+  const LossStats apart = loss.forward_backward(late, targets, 1.0, head);
+  EXPECT_TRUE(head.shares_storage(buffer));
+  EXPECT_EQ(apart.smoothed_loss, late_want.smoothed_loss);
+  EXPECT_EQ(std::memcmp(head.data(), late_reference.data(), sizeof(float) * N * V), 0);
+}
+
 TEST(Loss, ResultDoesNotDependOnThreadCount) {
   Tensor<float> logits(Shape{64, 701});  // above the parallel threshold
   Rng rng(8);

@@ -233,6 +233,14 @@ TEST(Adam, RejectsBadOptions) {
   EXPECT_THROW(adam.step(std::nan("")), ConfigError);
 }
 
+TEST(Adam, RejectsAGradientWithoutStorage) {
+  // A default Tensor's shape [] is a scalar's: the shape check alone let it through, and step()
+  // read the gradient at address 0.
+  std::vector<NamedParameter<float>> ps{{"w", Tensor<float>::full({}, 1.0f), Tensor<float>()}};
+  const std::string msg = error_of<ConfigError>([&] { Adam<float>{ps}; });
+  EXPECT_TRUE(contains(msg, "Adam: parameter w has a gradient with no storage")) << msg;
+}
+
 TEST(Schedule, PeaksAtWarmupAndIsMonotoneAroundIt) {
   const Index d = 512, w = 4000;
   const double peak = noam_lr(w, d, w);

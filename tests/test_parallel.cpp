@@ -2,16 +2,14 @@
 // (std::terminate), so RegionErrors carries it to the caller; each test makes it happen on a worker
 // thread, where the old code ended the program. Schedules: StealingLoop runs every index once,
 // a thread's own share first, and a thread held up does not hold up the loop.
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "address_space_limit.hpp"
 #include "error_helpers.hpp"
 #include "pch.hpp"
 #include "sanitizers.hpp"
@@ -22,6 +20,7 @@
 
 namespace {
 
+using attn::testing::AddressSpaceLimit;
 using attn::testing::kSanitized;
 
 /// The thread number inside a parallel region (0 without OpenMP).
@@ -62,33 +61,6 @@ TEST(RegionErrors, OnlyTheFirstExceptionIsKept) {
                    [](attn::Index i) { throw attn::ConfigError("index " + std::to_string(i)); }),
                attn::ConfigError);
 }
-
-/// The process's address space in bytes (VmSize), from /proc/self/status.
-rlim_t address_space_in_use() {
-  std::ifstream status("/proc/self/status");
-  std::string key;
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmSize:", 0) == 0)
-      return static_cast<rlim_t>(std::stoull(line.substr(7))) * 1024;
-  return 0;
-}
-
-/// Lowers RLIMIT_AS to the space in use plus `headroom` bytes while it lives.
-class AddressSpaceLimit {
- public:
-  explicit AddressSpaceLimit(rlim_t headroom) {
-    getrlimit(RLIMIT_AS, &old_);
-    rlimit lowered = old_;
-    lowered.rlim_cur = address_space_in_use() + headroom;
-    ok_ = address_space_in_use() > 0 && setrlimit(RLIMIT_AS, &lowered) == 0;
-  }
-  ~AddressSpaceLimit() { setrlimit(RLIMIT_AS, &old_); }
-  bool ok() const { return ok_; }
-
- private:
-  rlimit old_{};
-  bool ok_ = false;
-};
 
 // Attention keeps a [128, S] scratch per thread, grown inside the parallel region. With S = 2^18
 // each thread's is 128 MiB; under a 32 MiB headroom that is a std::bad_alloc for the caller.

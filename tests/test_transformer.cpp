@@ -5,10 +5,14 @@
 
 #include <set>
 
+#include "error_helpers.hpp"
 #include "pch.hpp"
 
 namespace attn {
 namespace {
+
+using testing::contains;
+using testing::error_of;
 
 // Closed form: one attention block 4 D^2 + 4 D, one FFN 2 D F + F + D, one LayerNorm 2 D;
 // an encoder layer has one attention, one FFN, two norms; a decoder layer two, one, three; plus
@@ -191,6 +195,41 @@ TEST(Transformer, DecodeStepMatchesFullForward) {
       for (Index v = 0; v < 25; ++v)
         ASSERT_NEAR(step(b, 0, v), full(b, t, v), 1e-10) << b << " " << t;
   }
+}
+
+// A step refused by a later layer (here a memory of another length than the source padding mask,
+// which only the cross-attention checked) had advanced layer 0's cache: the layers' caches were
+// left at different lengths and the next steps gave wrong logits in silence. Now nothing is
+// modified before every layer's check has passed, and a cache whose layers disagree is refused.
+TEST(Transformer, ARefusedDecodeStepLeavesTheCacheAsItWas) {
+  Transformer<float> m(TransformerConfig::tiny(25));
+  m.eval();
+  const Tensor<float> memory = m.encode(ids({2, 5}, {4, 5, 6, 7, 8, 9, 10, 11, 0, 0})).clone();
+  const Tensor<TokenId> bos = Tensor<TokenId>::full({2, 1}, 2), next = ids({2, 1}, {6, 7});
+  DecoderCache<float> clean = m.make_decoder_cache(2, 4);
+  const Tensor<float> first = m.decode_step(bos, 0, memory, clean).clone();
+  const Tensor<float> second = m.decode_step(next, 1, memory, clean).clone();
+  DecoderCache<float> cache = m.make_decoder_cache(2, 4);
+  EXPECT_THROW(m.decode_step(bos, 0, Tensor<float>({2, 3, 64}), cache), ShapeError);
+  for (const auto& layer : cache.layers) EXPECT_EQ(layer.self.length, 0);
+  const Tensor<float>& retried = m.decode_step(bos, 0, memory, cache);
+  for (Index i = 0; i < first.numel(); ++i) ASSERT_EQ(retried.data()[i], first.data()[i]) << i;
+  // The cross-attention caches hold the projection of a memory of 5 positions: one of 3 is refused
+  // even without a padding mask, before any layer appends.
+  const KeyPaddingMask padding = m.source_padding();
+  m.set_source_padding(KeyPaddingMask());
+  EXPECT_TRUE(contains(error_of<ShapeError>([&] {
+                         m.decode_step(next, 1, Tensor<float>({2, 3, 64}), cache);
+                       }),
+                       "the cross-attention cache holds memory [2, 5, 64], got memory [2, 3, 64]"));
+  m.set_source_padding(padding);
+  const Tensor<float>& continued = m.decode_step(next, 1, memory, cache);
+  for (Index i = 0; i < second.numel(); ++i) ASSERT_EQ(continued.data()[i], second.data()[i]) << i;
+  cache.layers[1].self.length = 1;  // as a step that failed part-way left it
+  EXPECT_EQ(error_of<ShapeError>([&] { m.decode_step(next, 2, memory, cache); }),
+            "Decoder::forward_step: the cache's layers disagree on the positions decoded: layer 0 "
+            "holds 2, layer 1 holds 1 (clear() it and decode again from position 0)");
+  EXPECT_EQ(cache.layers[0].self.length, 2);
 }
 
 /// The score beam search ranks by, recomputed with the full (non-incremental) forward: log P of

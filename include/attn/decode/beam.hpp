@@ -66,7 +66,11 @@ class BeamState {
   /// otherwise the next beams are in place and origin() says where each came from.
   template <class T>
   bool step(const T* logits, Index live, Index t) {
-    ATTN_ASSERT(live == 1 || live == W_);
+    // The logits are a bare pointer: live is all that says how many rows they hold, and any other
+    // count read rows past them.
+    ATTN_CHECK(live == 1 || live == W_, ShapeError,
+               "BeamState::step: expected live = 1 (the first step) or the beam width ", W_,
+               " rows per sentence, got ", live);
     bool all_done = true;
     for (Index b = 0; b < B_; ++b) {
       if (!done_[static_cast<std::size_t>(b)]) {
@@ -87,6 +91,9 @@ class BeamState {
 
   /// The next decoder input of each row, into tokens [B*W, 1] (rows of done sentences untouched).
   void next_tokens(Tensor<TokenId>& tokens) const {
+    ATTN_CHECK(tokens.rank() == 2 && tokens.size(0) == rows() && tokens.size(1) == 1, ShapeError,
+               "BeamState::next_tokens: expected tokens [B*W, 1] = [", rows(), ", 1], got ",
+               tokens.shape());
     for (Index r = 0; r < rows(); ++r) {
       if (done_[static_cast<std::size_t>(r / W_)]) continue;
       const auto& hyp = hyps_[static_cast<std::size_t>(r)];

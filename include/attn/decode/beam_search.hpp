@@ -44,11 +44,11 @@ std::vector<std::vector<TokenId>> beam_search(Transformer<T>& model, const Tenso
   const Index V = model.config().tgt_vocab;
   opts.validate(V, model.config().pad_id);
   detail::EvalGuard<T> guard(model);
-  const Index B = src.size(0), W = opts.beam_size;
+  // output_limits checks src's shape first: src.size(0) of a default tensor named only an axis.
   std::vector<Index> limits = detail::output_limits(src, model.config().pad_id, opts);
+  const Index B = src.size(0), W = opts.beam_size;
   const Index max_len = *std::max_element(limits.begin(), limits.end());
-  detail::check_decode_memory(model.config().decoder_layers, model.config().d_model, B, true, W,
-                              src.size(1), max_len, sizeof(T));
+  detail::check_decode_memory(model.config(), B, true, W, src.size(1), max_len, sizeof(T));
   BeamState beams(std::move(limits), opts, V, model.config().pad_id);
   if (max_len <= 0) return beams.finish();
 

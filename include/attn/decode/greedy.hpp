@@ -18,13 +18,14 @@ std::vector<std::vector<TokenId>> greedy_decode(Transformer<T>& model, const Ten
   const Index V = model.config().tgt_vocab;
   opts.validate(V, model.config().pad_id);
   detail::EvalGuard<T> guard(model);
-  const Index B = src.size(0);
   const TokenId pad = model.config().pad_id;
+  // output_limits checks src's shape first: src.size(0) of a default tensor named only an axis.
   const std::vector<Index> limit = detail::output_limits(src, pad, opts);
+  const Index B = src.size(0);
   const Index max_len = *std::max_element(limit.begin(), limit.end());
 
-  detail::check_decode_memory(model.config().decoder_layers, model.config().d_model, B, false, 1,
-                              src.size(1), std::max<Index>(max_len, 1), sizeof(T));
+  detail::check_decode_memory(model.config(), B, false, 1, src.size(1), std::max<Index>(max_len, 1),
+                              sizeof(T));
   const Tensor<T>& memory = model.encode(src);
   DecoderCache<T> cache = model.make_decoder_cache(B, std::max<Index>(max_len, 1));
 

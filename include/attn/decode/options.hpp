@@ -11,6 +11,7 @@
 #include "attn/kernels/gemm.hpp"
 #include "attn/nn/layer_options.hpp"
 #include "attn/nn/module.hpp"
+#include "attn/nn/transformer_config.hpp"
 #include "attn/parallel.hpp"
 #include "attn/tensor.hpp"
 
@@ -100,11 +101,13 @@ inline std::vector<Index> output_limits(const Tensor<TokenId>& src, TokenId pad,
   return limit;
 }
 
-/// The key/value caches a decoding call holds, and what this process may have, in bytes.
+/// The memory a decoding call holds at its largest, and what this process may have, in bytes.
 struct DecodeMemory {
-  double caches = 0;
+  double caches = 0;     // the key/value caches (and beam search's memory repeated per beam row)
+  double buffers = 0;    // the other buffers that grow with the batch (0: caches only counted)
   double available = 0;  // memory_limit_bytes(); 0 if the system does not say
-  bool fits() const { return available <= 0 || caches <= available; }
+  double total() const { return caches + buffers; }
+  bool fits() const { return available <= 0 || total() <= available; }
 };
 
 /// The caches decoding `sentences` sources of `src_len` tokens into outputs of up to `max_len`
@@ -116,7 +119,8 @@ struct DecodeMemory {
 /// the caches are allocated: a batch times a beam times the output length can ask for more than
 /// the machine holds (beam 256 over 32 sentences with +4096 tokens is hundreds of GiB for a base
 /// model), and an allocation that large either throws std::bad_alloc, which names nothing, or is
-/// granted page by page until the kernel's OOM killer ends the process.
+/// granted page by page until the kernel's OOM killer ends the process. The overload below, for
+/// a whole model, adds the other buffers.
 inline DecodeMemory decode_memory(Index layers, Index d_model, Index sentences, bool beam_search,
                                   Index beam_size, Index src_len, Index max_len,
                                   std::size_t element_bytes) {
@@ -133,21 +137,79 @@ inline DecodeMemory decode_memory(Index layers, Index d_model, Index sentences, 
   return m;
 }
 
-/// ConfigError unless decode_memory's caches fit in what this process may have. The message
-/// ends with `remedy`, what to lower (a program names its flags).
-inline void check_decode_memory(
-    Index layers, Index d_model, Index sentences, bool beam_search, Index beam_size, Index src_len,
-    Index max_len, std::size_t element_bytes,
-    const char* remedy =
-        "decode fewer sentences at a time, or lower beam_size or max_extra_length") {
-  const DecodeMemory m = decode_memory(layers, d_model, sentences, beam_search, beam_size, src_len,
-                                       max_len, element_bytes);
+/// decode_memory's caches for the decoder of `c`, and in `buffers` the rest of what decoding holds
+/// that grows with the batch: with e = element_bytes, n = sentences * src_len source positions and
+/// R decoder rows (sentences, or sentences * beam_size for beam search),
+///   encoder  e n (encoder_layers (10 D + F + H + 4) + 3 D): every layer keeps its buffers for
+///            backward, eval mode too: the packed Q|K|V (3 D), the heads and out_proj's output
+///            (2 D), the log-sum-exp (H), two residual sums and norm outputs (4 D) with their row
+///            statistics (4), the feed-forward's hidden layer (F) and output (D); the embedding,
+///            its sum with the positions and a final norm (3 D)
+///   decoder  e R (decoder_layers (15 D + F + 2 H + 6) + 3 D): the same for one position of three
+///            sublayers (the cross-attention's query, heads and output instead of Q|K|V)
+///   logits   e R V, the generator's output of a step
+///   beams    3 R max_len sizeof(TokenId) for the hypotheses, their next copy and the finished
+///            ones, and 16 W V for the candidates of a sentence (beam search only).
+/// Against the maximum resident set (/usr/bin/time -v) less a batch of one's, float: greedy, base
+/// preset, V 8000, 512 sentences of 30 tokens + 50: 3.97 GiB estimated, 4.02 measured (the caches
+/// alone 1.29); small preset, 1024 x (20 + 10): 1.26 and 1.25; beam 4, base, 64 x (30 + 50):
+/// 1.53 and 1.51; tiny preset, 2000 x 64: 1.09 and 1.06. The caches alone were a third or less of
+/// a greedy call's peak.
+inline DecodeMemory decode_memory(const TransformerConfig& c, Index sentences, bool beam_search,
+                                  Index beam_size, Index src_len, Index max_len,
+                                  std::size_t element_bytes) {
+  DecodeMemory m = decode_memory(c.decoder_layers, c.d_model, sentences, beam_search, beam_size,
+                                 src_len, max_len, element_bytes);
+  const auto f = [](Index x) { return static_cast<double>(x); };
+  const double e = static_cast<double>(element_bytes), D = f(c.d_model), F = f(c.d_ff),
+               H = f(c.heads), V = f(c.tgt_vocab);
+  const double W = beam_search ? f(beam_size) : 1.0, n = f(sentences) * f(src_len),
+               rows = f(sentences) * W;
+  const double encoder = e * n * (f(c.encoder_layers) * (10 * D + F + H + 4) + 3 * D);
+  const double decoder = e * rows * (f(c.decoder_layers) * (15 * D + F + 2 * H + 6) + 3 * D);
+  const double logits = e * rows * V;
+  const double beams = beam_search ? 3 * rows * f(max_len) * sizeof(TokenId) + 16 * W * V : 0.0;
+  m.buffers = encoder + decoder + logits + beams;
+  return m;
+}
+
+/// ConfigError unless `m` fits in what this process may have, naming the sizes of the call and
+/// ending with `remedy`, what to lower (a program names its flags).
+inline void check_decode_memory(const DecodeMemory& m, Index sentences, bool beam_search,
+                                Index beam_size, Index src_len, Index max_len, const char* remedy) {
   const double gib = std::ldexp(1.0, 30);
   ATTN_CHECK(m.fits(), ConfigError, "decode: ", sentences, " sentences x ",
              beam_search ? beam_size : 1, " beam rows, sources of up to ", src_len,
-             " tokens and outputs of up to ", max_len, " need ", m.caches / gib,
-             " GiB of key/value caches, more than the ", m.available / gib,
-             " GiB this process may have: ", remedy);
+             " tokens and outputs of up to ", max_len, " need ", m.total() / gib, " GiB ",
+             m.buffers > 0 ? detail::concat("(", m.caches / gib, " GiB of key/value caches, ",
+                                            m.buffers / gib, " of activations and logits)")
+                           : std::string("of key/value caches"),
+             ", more than the ", m.available / gib, " GiB this process may have: ", remedy);
+}
+
+/// What check_decode_memory tells a caller of the library to lower.
+inline constexpr const char* kDecodeMemoryRemedy =
+    "decode fewer sentences at a time, or lower beam_size or max_extra_length";
+
+/// check_decode_memory of the caches only, as decode_memory(layers, d_model, ...) counts them: a
+/// lower bound, for a caller that knows only the decoder's sizes (the overload below counts all).
+inline void check_decode_memory(Index layers, Index d_model, Index sentences, bool beam_search,
+                                Index beam_size, Index src_len, Index max_len,
+                                std::size_t element_bytes,
+                                const char* remedy = kDecodeMemoryRemedy) {
+  check_decode_memory(decode_memory(layers, d_model, sentences, beam_search, beam_size, src_len,
+                                    max_len, element_bytes),
+                      sentences, beam_search, beam_size, src_len, max_len, remedy);
+}
+
+/// check_decode_memory of everything decoding with a model of configuration `c` holds.
+inline void check_decode_memory(const TransformerConfig& c, Index sentences, bool beam_search,
+                                Index beam_size, Index src_len, Index max_len,
+                                std::size_t element_bytes,
+                                const char* remedy = kDecodeMemoryRemedy) {
+  check_decode_memory(
+      decode_memory(c, sentences, beam_search, beam_size, src_len, max_len, element_bytes),
+      sentences, beam_search, beam_size, src_len, max_len, remedy);
 }
 
 /// Puts `model` in eval mode for the lifetime of the guard, then restores its mode; keeps packed

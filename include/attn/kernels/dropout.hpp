@@ -87,11 +87,20 @@ void apply_dropout_mask(T* out, const T* in, Index n, double p, std::uint64_t ke
   });
 }
 
+/// The checks of the public entry points, once per call: p >= 1 zeroed every output (or scaled by
+/// infinity), NaN or a negative p was taken for no dropout, and a negative n for no elements, all
+/// in silence.
+inline void check_dropout_call(const char* who, Index n, double p) {
+  ATTN_CHECK(n >= 0, ShapeError, who, ": n must be >= 0, got ", n);
+  DropoutMask{p, 0}.check(who);
+}
+
 }  // namespace detail
 
 /// y[n] = dropout(x[n]) with drop probability p in [0, 1) and mask key `key`.
 template <class T>
 void dropout_forward(T* y, const T* x, Index n, double p, std::uint64_t key) {
+  detail::check_dropout_call("kernels::dropout_forward", n, p);
   detail::apply_dropout_mask(y, x, n, p, key);
 }
 
@@ -99,6 +108,7 @@ void dropout_forward(T* y, const T* x, Index n, double p, std::uint64_t key) {
 /// the key forward used (overwritten, not accumulated).
 template <class T>
 void dropout_backward(T* dx, const T* dy, Index n, double p, std::uint64_t key) {
+  detail::check_dropout_call("kernels::dropout_backward", n, p);
   detail::apply_dropout_mask(dx, dy, n, p, key);
 }
 

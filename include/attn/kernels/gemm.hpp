@@ -317,6 +317,8 @@ void gemm(Dst&& c, const Lhs& a, const Rhs& b, bool accumulate, const Epilogue<T
              "]");
   ATTN_CHECK(epi.gate == nullptr || (epi.bias == nullptr && !epi.relu && epi.dropout.p == 0),
              ConfigError, "kernels::gemm: an epilogue with a gate takes no bias, ReLU or dropout");
+  // p >= 1 zeroed c, and NaN or a negative p was taken for no dropout, in silence.
+  epi.dropout.check("kernels::gemm");
   detail::check_output_apart(c, a, "a");
   detail::check_output_apart(c, b, "b");
   const auto lifetime = constant_b ? detail::BLifetime::weight : detail::BLifetime::product;

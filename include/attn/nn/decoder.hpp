@@ -176,9 +176,7 @@ class DecoderLayer : public Module<T> {
   /// allocate()/clear() and reused after. Inference only: no dropout, no backward.
   const Tensor<T>& forward_step(const Tensor<T>& y_t, const Tensor<T>& memory,
                                 const KeyPaddingMask& memory_padding, DecoderLayerCache<T>& cache) {
-    detail::check_activation(y_t, options_.d_model, "DecoderLayer::forward_step", "y_t");
-    detail::check_activation(memory, options_.d_model, "DecoderLayer::forward_step", "memory",
-                             y_t.size(0));
+    check_step(y_t, memory, memory_padding, cache, "DecoderLayer::forward_step");
     cross_mask_.key_padding = memory_padding;
     const Tensor<T>& h1 = self_attn_residual_.step(
         y_t, [&](auto& in) -> auto& { return self_attn.forward_self_step(in, cache.self); });
@@ -188,6 +186,37 @@ class DecoderLayer : public Module<T> {
         });
     return ffn_residual_.step(
         h2, [&](auto& in) -> auto& { return ffn_step(in); });
+  }
+
+  /// ShapeError unless forward_step takes these arguments, naming `who`. Everything the step's
+  /// sublayers would refuse is checked before its self-attention appends to the cache: a step
+  /// refused by the cross-attention (a memory of another length than its padding mask, a cross
+  /// cache of another memory) had advanced the self-attention's cache already.
+  void check_step(const Tensor<T>& y_t, const Tensor<T>& memory,
+                  const KeyPaddingMask& memory_padding, const DecoderLayerCache<T>& cache,
+                  const char* who) const {
+    const Index D = options_.d_model;
+    detail::check_activation(y_t, D, who, "y_t");
+    ATTN_CHECK(y_t.size(1) == 1, ShapeError, who, ": expected y_t [B, 1, ", D, "], got ",
+               y_t.shape());
+    const Index B = y_t.size(0);
+    detail::check_activation(memory, D, who, "memory", B);
+    const Index S = memory.size(1);
+    ATTN_CHECK(
+        memory_padding.empty() || (memory_padding.batch() == B && memory_padding.length() == S),
+        ShapeError, who, ": expected a source padding mask [B, S] = [", B, ", ", S, "] for memory ",
+        memory.shape(), ", got [", memory_padding.batch(), ", ", memory_padding.length(), "]");
+    const KVCache<T>& self = cache.self;
+    ATTN_CHECK(self.allocated() && self.batch() == B && self.keys.size(2) == D, ShapeError, who,
+               ": expected a self-attention cache allocated for [B, *, D] = [", B, ", *, ", D,
+               "], got keys ", self.keys.shape());
+    self.check_length(who);
+    ATTN_CHECK(self.length < self.capacity(), ShapeError, who, ": cache full, capacity ",
+               self.capacity(), " positions");
+    const KVCache<T>& cross = cache.cross;
+    ATTN_CHECK(cross.length == 0 || (cross.keys.shape() == Shape({B, S, D}) && cross.length == S),
+               ShapeError, who, ": the cross-attention cache holds memory ", cross.keys.shape(),
+               ", got memory ", memory.shape(), " (clear() it for a new batch)");
   }
 
   const LayerOptions& options() const { return options_; }
@@ -268,13 +297,24 @@ class Decoder : public LayerStack<T, DecoderLayer<T>> {
   /// One decoding step through every layer: y_t [B, 1, D] -> [B, 1, D] (final norm included).
   const Tensor<T>& forward_step(const Tensor<T>& y_t, const Tensor<T>& memory,
                                 const KeyPaddingMask& memory_padding, DecoderCache<T>& cache) {
-    ATTN_CHECK(static_cast<Index>(cache.layers.size()) == this->num_layers(), ShapeError,
-               "Decoder::forward_step: expected a cache of ", this->num_layers(), " layers, got ",
-               cache.layers.size());
+    check_step(y_t, memory, memory_padding, cache);
     const Tensor<T>* h = &y_t;
-    for (std::size_t i = 0; i < this->layers.size(); ++i)
-      h = &this->layers[i]->forward_step(*h, memory, memory_padding, cache.layers[i]);
-    return this->final_forward(*h);
+    const Index position = cache.layers.empty() ? 0 : cache.layers[0].self.length;
+    std::size_t i = 0;
+    try {
+      for (; i < this->layers.size(); ++i)
+        h = &this->layers[i]->forward_step(*h, memory, memory_padding, cache.layers[i]);
+      return this->final_forward(*h);
+    } catch (...) {
+      // A layer that failed part-way (std::bad_alloc, say) after the ones before it appended the
+      // position: each back where the step found it, so that the step can be taken again. The
+      // cross-attention caches are filled at position 0 (made again then).
+      for (std::size_t k = 0; k <= i && k < this->layers.size(); ++k) {
+        cache.layers[k].self.length = position;
+        if (position == 0) cache.layers[k].cross.clear();
+      }
+      throw;
+    }
   }
 
   /// Makes every layer keep its self- and cross-attention weights: layers[i]->self_attn and
@@ -287,6 +327,25 @@ class Decoder : public LayerStack<T, DecoderLayer<T>> {
   }
 
  private:
+  /// Every layer's check_step, and the layers' agreement on the positions decoded, before layer 0
+  /// appends to its cache: a step refused by a later layer left the layers' caches at different
+  /// lengths, and the steps after gave wrong outputs in silence. A cache left so by other means
+  /// (its lengths are public fields) is refused too.
+  void check_step(const Tensor<T>& y_t, const Tensor<T>& memory,
+                  const KeyPaddingMask& memory_padding, const DecoderCache<T>& cache) const {
+    const char* who = "Decoder::forward_step";
+    ATTN_CHECK(static_cast<Index>(cache.layers.size()) == this->num_layers(), ShapeError, who,
+               ": expected a cache of ", this->num_layers(), " layers, got ", cache.layers.size());
+    const Index length = cache.length();
+    for (std::size_t i = 0; i < cache.layers.size(); ++i) {
+      ATTN_CHECK(cache.layers[i].self.length == length, ShapeError, who,
+                 ": the cache's layers disagree on the positions decoded: layer 0 holds ", length,
+                 ", layer ", i, " holds ", cache.layers[i].self.length,
+                 " (clear() it and decode again from position 0)");
+      this->layers[i]->check_step(y_t, memory, memory_padding, cache.layers[i], who);
+    }
+  }
+
   Tensor<T> dmemory_;  // [B, S, D] sum of the layers' memory gradients
 };
 

@@ -144,6 +144,9 @@ class LearnedPositionalEmbedding : public Module<T> {
   /// Backward of y = x + weight[start : start + L]: weight.grad[start + l] += sum_b dy[b, l];
   /// dx = dy, returned as a handle to dy itself.
   const Tensor<T>& backward(const Tensor<T>& dy) {
+    // Before any forward y_ is a default tensor, whose shape [] a default dy matched.
+    ATTN_CHECK(y_.rank() == 3, StateError,
+               "LearnedPositionalEmbedding::backward: needs a forward first");
     ATTN_CHECK(dy.shape() == y_.shape(), ShapeError,
                "LearnedPositionalEmbedding::backward: expected dy of shape ", y_.shape(), ", got ",
                dy.shape());

@@ -213,6 +213,7 @@ class Transformer : public Module<T> {
  private:
   static const TransformerConfig& checked(const TransformerConfig& c) {
     c.validate();
+    check_config_limits(c);  // what the model-file reader would refuse, before any allocation
     return c;
   }
 

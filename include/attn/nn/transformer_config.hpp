@@ -12,6 +12,7 @@
 #include <cstring>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -71,7 +72,8 @@ struct TransformerConfig : LayerOptions, FieldList<TransformerConfig> {
   /// The fields the encoder and decoder layers take.
   LayerOptions layer_options() const { return static_cast<const LayerOptions&>(*this); }
 
-  /// Throws ConfigError naming the offending value.
+  /// Throws ConfigError naming the offending value. Sizes beyond ConfigLimits are
+  /// check_config_limits' (below), which the Transformer constructor adds.
   void validate() const {
     detail::check_fields(*this);
     LayerOptions::validate();
@@ -146,5 +148,44 @@ struct TransformerConfig : LayerOptions, FieldList<TransformerConfig> {
     return c;
   }
 };
+
+/// A size of a TransformerConfig outside ConfigLimits: the field, its value and the bound.
+struct ConfigLimitBreach {
+  const char* field;
+  Index value, max;
+};
+
+/// The first size of `c` outside [0, its ConfigLimits bound] (FieldRule::file_max, in the order
+/// of the config's one list of fields), if any.
+inline std::optional<ConfigLimitBreach> config_limit_breach(const TransformerConfig& c) {
+  std::optional<ConfigLimitBreach> breach;
+  c.visit_fields([&](const char* name, const auto& value, FieldRule rule) {
+    using V = std::decay_t<decltype(value)>;
+    if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>) {
+      if (breach || rule.file_max <= 0) return;
+      // Every integer type, so that a bound on a field of another type is not silently ignored.
+      const auto max = static_cast<std::uint64_t>(rule.file_max);
+      if constexpr (std::is_signed_v<V>) {
+        if (value < 0 || static_cast<std::uint64_t>(value) > max)
+          breach = ConfigLimitBreach{name, static_cast<Index>(value), rule.file_max};
+      } else if (static_cast<std::uint64_t>(value) > max) {
+        const std::uint64_t shown = std::min<std::uint64_t>(value, INT64_MAX);
+        breach = ConfigLimitBreach{name, static_cast<Index>(shown), rule.file_max};
+      }
+    }
+  });
+  return breach;
+}
+
+/// ConfigError naming the field unless every size of `c` is within ConfigLimits. The Transformer
+/// constructor calls it after validate(): a model beyond them was built and saved, but its file
+/// refused by the reader (check_config_limits(c, file)), and a vocabulary or a layer count of 2^40
+/// ended in std::bad_alloc or the OOM killer. validate() leaves it out so that a program can check
+/// the limits first in its own words (the translate example names its flags).
+inline void check_config_limits(const TransformerConfig& c) {
+  const std::optional<ConfigLimitBreach> b = config_limit_breach(c);
+  ATTN_CHECK(!b, ConfigError, "TransformerConfig: ", b->field, " = ", b->value, " is outside [0, ",
+             b->max, "], the range a model file may hold");
+}
 
 }  // namespace attn

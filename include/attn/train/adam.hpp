@@ -59,6 +59,11 @@ class Adam {
                    params_[j].name, " and ", p.name, " share elements");
       ATTN_CHECK(p.grad.shape() == p.value.shape(), ShapeError, "Adam: parameter ", p.name,
                  " has value ", p.value.shape(), " but grad ", p.grad.shape());
+      // A default Tensor's shape [] equals a scalar's, so the shapes alone let a gradient with
+      // no storage through, and step() read it at address 0.
+      ATTN_CHECK(p.grad.has_storage(), ConfigError, "Adam: parameter ", p.name,
+                 " has a gradient with no storage (expected ", p.value.numel(),
+                 " elements, got a default-constructed tensor)");
       exp_avg_.emplace_back(p.value.shape());
       exp_avg_sq_.emplace_back(p.value.shape());
     }

@@ -73,7 +73,20 @@ class LabelSmoothedCrossEntropy {
   LossStats forward_backward(const Tensor<T>& logits, const Tensor<TokenId>& targets,
                              double grad_scale, Tensor<T>& dlogits, Index step = -1) {
     dlogits.resize(logits.shape());
-    return run(logits, targets, grad_scale, dlogits.data(), step);
+    // resize() keeps storage that is large enough, shared or not: a dlogits overlapping the logits
+    // elsewhere than exactly on them overwrote rows still to be read, and the loss was wrong in
+    // silence. The very same elements are the in-place gradient, which the kernel supports.
+    T* d = dlogits.data();
+    const T* x = logits.data();
+    const Index n = logits.numel();
+    const bool apart = !dlogits.shares_storage(logits) || d + n <= x || x + n <= d;
+    ATTN_CHECK(apart || d == x, ConfigError,
+               "LabelSmoothedCrossEntropy: dlogits shares part of the storage of logits ",
+               logits.shape(), " (it starts ", d < x ? x - d : d - x, " elements ",
+               d < x ? "before" : "after",
+               " them): pass the logits themselves for an in-place gradient, or a tensor of its "
+               "own");
+    return run(logits, targets, grad_scale, d, step);
   }
 
   /// As above, in place: the gradient overwrites `logits` (a handle to what model.forward

@@ -19,35 +19,8 @@
 
 namespace attn {
 
-/// A size of a TransformerConfig outside ConfigLimits: the field, its value and the bound.
-struct ConfigLimitBreach {
-  const char* field;
-  Index value, max;
-};
-
-/// The first size of `c` outside [0, its ConfigLimits bound] (FieldRule::file_max, in the order
-/// of the config's one list of fields), if any.
-inline std::optional<ConfigLimitBreach> config_limit_breach(const TransformerConfig& c) {
-  std::optional<ConfigLimitBreach> breach;
-  c.visit_fields([&](const char* name, const auto& value, FieldRule rule) {
-    using V = std::decay_t<decltype(value)>;
-    if constexpr (std::is_integral_v<V> && !std::is_same_v<V, bool>) {
-      if (breach || rule.file_max <= 0) return;
-      // Every integer type, so that a bound on a field of another type is not silently ignored.
-      const auto max = static_cast<std::uint64_t>(rule.file_max);
-      if constexpr (std::is_signed_v<V>) {
-        if (value < 0 || static_cast<std::uint64_t>(value) > max)
-          breach = ConfigLimitBreach{name, static_cast<Index>(value), rule.file_max};
-      } else if (static_cast<std::uint64_t>(value) > max) {
-        const std::uint64_t shown = std::min<std::uint64_t>(value, INT64_MAX);
-        breach = ConfigLimitBreach{name, static_cast<Index>(shown), rule.file_max};
-      }
-    }
-  });
-  return breach;
-}
-
-/// FormatError naming `file` and the field unless every size of `c` is within ConfigLimits.
+/// FormatError naming `file` and the field unless every size of `c` is within ConfigLimits
+/// (config_limit_breach, transformer_config.hpp).
 inline void check_config_limits(const TransformerConfig& c, const std::string& file) {
   const std::optional<ConfigLimitBreach> b = config_limit_breach(c);
   ATTN_CHECK(!b, FormatError, file, ": metadata config.", b->field, " = ", b->value,

@@ -139,15 +139,20 @@ class SafetensorsFile {
 /// Writes `tensors` (in the given order) and `metadata` to `path` atomically
 /// (write_file_atomically: on any failure the temporary file is removed, `path` is left as it was,
 /// and IOError is thrown; the result's warning says when the directory entry could not be made
-/// durable). Names must be unique, non-empty and not "__metadata__"; each entry's byte count must
-/// match its dtype and shape (ConfigError / ShapeError otherwise, before anything is written).
+/// durable). Names must be unique, non-empty and not "__metadata__", and they and the metadata
+/// valid UTF-8 (the header is JSON text); each entry's byte count must match its dtype and shape
+/// (ConfigError / ShapeError otherwise, before anything is written).
 inline AtomicWriteResult save_safetensors(const std::string& path,
                                           const std::vector<TensorEntry>& tensors,
                                           const std::map<std::string, std::string>& metadata = {}) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
     nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-    for (const auto& [k, v] : metadata) meta[k] = v;
+    for (const auto& [k, v] : metadata) {
+      detail::check_header_text(k, "metadata key", k);
+      detail::check_header_text(v, "the value of metadata key", k);
+      meta[k] = v;
+    }
     header["__metadata__"] = std::move(meta);
   }
   std::set<std::string> seen;
@@ -155,6 +160,7 @@ inline AtomicWriteResult save_safetensors(const std::string& path,
   for (const auto& t : tensors) {
     ATTN_CHECK(!t.name.empty() && t.name != "__metadata__", ConfigError,
                "save_safetensors: invalid tensor name '", t.name, "'");
+    detail::check_header_text(t.name, "tensor name", t.name);
     ATTN_CHECK(seen.insert(t.name).second, ConfigError, "save_safetensors: tensor name '", t.name,
                "' appears twice");
     // The reader's rule (checked_tensor_info): the product of the non-zero extents, times 8,
