@@ -21,11 +21,12 @@ namespace attn::translate {
 /// 0.94 (README, "Model sizes").
 double step_activation_bytes(const TransformerConfig& c, Index rows, Index src_len, Index tgt_len);
 
-/// ConfigError unless the largest of `batches`, as each of `ranks` ranks takes its share of the
-/// rows, fits beside `model_bytes` (weights, gradients, Adam's moments) in the memory this process
-/// may use; the message names --max-tokens and --tokens-per-update. No check when the system does
-/// not say how much memory there is.
+/// ConfigError unless the largest of `batches` (of at most `max_tokens` tokens), as each of
+/// `ranks` ranks takes its share of the rows, fits beside `model_bytes` (weights, gradients,
+/// Adam's moments) in the memory this process may use; the message says what to change: the
+/// flags, or on a run `resumed` from a checkpoint, whose batch size it keeps, the machine. No
+/// check when the system does not say how much memory there is.
 void check_batch_memory(const TransformerConfig& c, const std::vector<Batch>& batches, int ranks,
-                        double model_bytes, Index max_tokens);
+                        double model_bytes, Index max_tokens, bool resumed = false);
 
 }  // namespace attn::translate

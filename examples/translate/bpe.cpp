@@ -215,12 +215,13 @@ SubwordVocab SubwordVocab::train(const std::vector<std::string>& sentences, cons
   // sentencepiece leaves out longer sentences, and with none left failed with "Internal: ...
   // [!sentences_.empty()]" (a 200 MB line without a line break).
   constexpr std::size_t kMaxSentenceBytes = 4192;  // TrainerSpec.max_sentence_length's default
-  ATTN_CHECK(std::any_of(sentences.begin(), sentences.end(),
-                         [](const std::string& s) { return s.size() <= kMaxSentenceBytes; }),
-             DataError, "every one of the ", sentences.size(),
-             " training sentences is longer than ", kMaxSentenceBytes,
-             " bytes, the longest a subword vocabulary is trained on (is the text broken into "
-             "lines?)");
+  ATTN_CHECK(
+      std::any_of(sentences.begin(), sentences.end(),
+                  [](const std::string& s) { return !s.empty() && s.size() <= kMaxSentenceBytes; }),
+      DataError, "every one of the ", sentences.size(),
+      " training sentences is empty or longer than ", kMaxSentenceBytes,
+      " bytes, the longest a subword vocabulary is trained on (is the text broken into "
+      "lines?)");
   const std::unordered_map<std::string, std::string> args{
       {"model_type", "bpe"},
       {"vocab_size", std::to_string(options.vocab_size)},

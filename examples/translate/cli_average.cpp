@@ -13,12 +13,10 @@ CLI::App* add_average(CLI::App& app, AverageCommand& c, int& threads) {
   CLI::App* average = app.add_subcommand("average", "average checkpoints into one model file");
   add_threads(average, threads);
   average->add_option("--model-dir", c.model_dir, "model directory, with --last (default: none)");
-  average
-      ->add_option("--last", c.last,
-                   "average the last N checkpoints of --model-dir into its model.safetensors, "
-                   "or into --output (0: use --inputs)")
-      ->capture_default_str()
-      ->transform(integer_check<int>());
+  int_option(average->add_option("--last", c.last,
+                                 "average the last N checkpoints of --model-dir into its "
+                                 "model.safetensors, or into --output (0: use --inputs)"))
+      ->capture_default_str();
   average->add_option("--inputs", c.inputs, "checkpoint files to average (default: none)");
   average->add_option("--output", c.output,
                       "output file: required with --inputs; with --last, written instead of "

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <iostream>
 #include <limits>
+#include <set>
 #include <string>
 
 #include <attn/decode/options.hpp>
@@ -57,9 +58,28 @@ CLI::Validator integer_check() {
       std::string());
 }
 template CLI::Validator integer_check<int>();
+template CLI::Validator integer_check<std::int64_t>();
+template CLI::Validator integer_check<std::uint64_t>();
+
+namespace {
+
+// The options given integer_check<int> (int_option), which check_integers leaves as they are: its
+// 64-bit check would run first and name the 64-bit range.
+std::set<const CLI::Option*>& int_options() {
+  static std::set<const CLI::Option*> options;
+  return options;
+}
+
+}  // namespace
+
+CLI::Option* int_option(CLI::Option* option) {
+  int_options().insert(option);
+  return option->transform(integer_check<int>());
+}
 
 void check_integers(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
+    if (int_options().count(option) > 0) continue;
     if (has_type(*option, "INT"))
       option->transform(integer_check<std::int64_t>());
     else if (has_type(*option, "UINT"))
@@ -100,7 +120,7 @@ void check_stdout(const std::string& what) {
 void add_threads(CLI::App* app, int& threads) {
   // Bounded: each thread takes a stack, and under a 1.5 GB address-space limit --threads 1000 made
   // libgomp fail to create its threads and exit on its own, past attn's error handling.
-  app->add_option("--threads", threads, "worker threads")
+  int_option(app->add_option("--threads", threads, "worker threads"))
       ->capture_default_str()
       ->check(positive())
       ->check(in_range(1, kMaxThreads));
@@ -114,7 +134,7 @@ bool threads_given(const CLI::App& sub) {
 void add_decode_flags(CLI::App* app, TranslateOptions& o, bool with_alpha) {
   // Checked as the flags are parsed, before a model is loaded or a line read (an interactive
   // translate took them until its first line, then named DecodeOptions' fields).
-  app->add_option("--beam", o.beam, "beam size")
+  int_option(app->add_option("--beam", o.beam, "beam size"))
       ->capture_default_str()
       ->check(in_range(1, static_cast<double>(DecodeOptions::kMaxBeamSize)));
   if (with_alpha)

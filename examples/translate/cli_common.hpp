@@ -24,13 +24,15 @@ CLI::Validator in_range(double lo, double hi);
 template <class T>
 CLI::Validator integer_check();
 
-/// Adds to every option of `app` and of its subcommands bound to an integer (CLI11's type names
-/// INT and UINT, alone or with a named check: "INT:[1,256]") integer_check for 64 bits, signed or
-/// not, run before any other check; an option bound to an int needs integer_check<int>() too, for a
-/// message that names its range. CLI11 reads them with strtoll(s, 0, 0) and strtoull, which clamp a
-/// value out of range, read a leading 0 as octal and 0x as hexadecimal, and strtoull wraps a
-/// negative one: --seed -1 trained with seed 2^64 - 1, --steps 2^63 ran without a limit, --steps
-/// 010 ran 8 steps.
+/// `option`, bound to an int, with integer_check<int>(), so that a message names the int's range.
+CLI::Option* int_option(CLI::Option* option);
+
+/// Adds to every other option of `app` and of its subcommands bound to an integer (CLI11's type
+/// names INT and UINT, alone or with a named check: "INT:[1,256]") integer_check for 64 bits,
+/// signed or not, run before any other check. CLI11 reads them with strtoll(s, 0, 0) and strtoull,
+/// which clamp a value out of range, read a leading 0 as octal and 0x as hexadecimal, and strtoull
+/// wraps a negative one: --seed -1 trained with seed 2^64 - 1, --steps 2^63 ran without a limit,
+/// --steps 010 ran 8 steps.
 void check_integers(CLI::App& app);
 
 /// IOError unless everything written to standard output so far got there (a full disk, a

@@ -50,14 +50,12 @@ CLI::App* add_select(CLI::App& app, SelectCommand& c, int& threads) {
   select->add_option("--src", c.src, "validation source file")->required();
   select->add_option("--ref", c.ref, "validation references, line-aligned")->required();
   const SelectOptions defaults;
-  select
-      ->add_option("--last", c.options.lasts,
-                   "numbers of last checkpoints to average, comma-separated; those above the "
-                   "number of checkpoints are skipped (default: " +
-                       joined(defaults.lasts) + ")")
+  int_option(select->add_option("--last", c.options.lasts,
+                                "numbers of last checkpoints to average, comma-separated; those "
+                                "above the number of checkpoints are skipped (default: " +
+                                    joined(defaults.lasts) + ")"))
       ->delimiter(',')
-      ->check(positive())
-      ->transform(integer_check<int>());
+      ->check(positive());
   select
       ->add_option("--alpha", c.options.alphas,
                    "length penalties alpha of ((5+|Y|)/6)^alpha, comma-separated (default: " +

@@ -35,9 +35,8 @@ void add_data_flags(CLI::App* train, TrainDataFlags& f) {
                    "descriptions), sentences, phrases, words (of the trans-de-en dictionary), "
                    "gettext")
       ->capture_default_str();
-  train
-      ->add_option("--sentence-weight", f.builtin.sentence_weight,
-                   "copies of each dictionary sentence in the built-in training set")
+  int_option(train->add_option("--sentence-weight", f.builtin.sentence_weight,
+                               "copies of each dictionary sentence in the built-in training set"))
       ->capture_default_str()
       ->check(in_range(1, 1000));
   train
@@ -68,8 +67,7 @@ void add_option_flags(CLI::App* train, TrainOptions& t) {
       }
     }
     CLI::Option* option = train->add_option(info.flag, field, info.help)->capture_default_str();
-    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int>)
-      option->transform(integer_check<int>());
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, int>) int_option(option);
   });
   train->get_option("--model-dir")->required();
   train->get_option("--preset")
@@ -87,9 +85,8 @@ void add_command_flags(CLI::App* train, TrainCommand& c) {
   train->add_flag("--no-overlap-allreduce", c.no_overlap_all_reduce,
                   "under mpirun, sum the gradients over the ranks after backward, not during it "
                   "(the same result; for comparison) (default: off)");
-  train->add_option("--show", c.show, "test translations printed at the end")
-      ->capture_default_str()
-      ->transform(integer_check<int>());
+  int_option(train->add_option("--show", c.show, "test translations printed at the end"))
+      ->capture_default_str();
 }
 
 // The saved model's test BLEU, then `show` translations: the short sentences of the built-in

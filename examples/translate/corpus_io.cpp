@@ -90,9 +90,10 @@ struct ChunkReader {
 // compressed file is (`inflated`: the text comes out of gzip).
 void append_text(std::string& text, const char* bytes, std::size_t n, std::size_t max_bytes,
                  const std::string& path, bool inflated) {
-  ATTN_CHECK(n <= max_bytes - text.size(), FormatError, "'", path, "' holds more than ", max_bytes,
-             " bytes of text (the limit of one text file after decompression)",
-             inflated ? "; a gzip file that inflates this far is refused" : "");
+  ATTN_CHECK(
+      n <= max_bytes - text.size(), FormatError, "'", path, "' holds more than ", max_bytes,
+      " bytes of text (the limit of one text file",
+      inflated ? " after decompression); a gzip file that inflates this far is refused" : ")");
   text.append(bytes, n);
 }
 

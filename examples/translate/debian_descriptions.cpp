@@ -302,14 +302,14 @@ ParallelCorpus load_debian_descriptions(const DebianDescriptionOptions& options,
   for (int l = 0; l < 2; ++l) {
     std::sort(files[l].begin(), files[l].end());
     for (const fs::path& path : files[l]) {
-      // Each file gets what the ones before left of max_total_bytes, at most max_file_bytes.
-      ATTN_CHECK(total < options.max_total_bytes, FormatError, "the package descriptions in '",
-                 options.directory, "' hold more than ", options.max_total_bytes,
-                 " bytes together, the most that are read; '", path.string(), "' is not read");
-      const std::size_t max_bytes =
-          std::min(options.max_file_bytes, options.max_total_bytes - total);
-      const std::string text = lz4_decompress_if_framed(read_regular_file(path.string(), max_bytes),
-                                                        path.string(), max_bytes);
+      const std::string text =
+          lz4_decompress_if_framed(read_regular_file(path.string(), options.max_file_bytes),
+                                   path.string(), options.max_file_bytes);
+      // One file past the limit is held at once at most, before it is refused.
+      ATTN_CHECK(text.size() <= options.max_total_bytes - total, FormatError,
+                 "the package descriptions in '", options.directory, "' hold more than ",
+                 options.max_total_bytes, " bytes together, the most that are read (at '",
+                 path.string(), "')");
       total += text.size();
       auto records = parse_translation_records(text, l == 0 ? "en" : "de", &st);
       parsed[l].insert(parsed[l].end(), std::make_move_iterator(records.begin()),

@@ -64,7 +64,8 @@ struct DebianDescriptionOptions {
   /// without bound.
   std::size_t max_file_bytes = std::size_t{1} << 30;
   /// Size limit of all the files together, as decompressed: a directory of many large files
-  /// (hard links to one, say) took 3.4 bytes of memory per byte of text, without bound.
+  /// (hard links to one, say) took 3.4 bytes of memory per byte of text, without bound. Each file
+  /// is read whole (at most max_file_bytes) before it is counted.
   std::size_t max_total_bytes = std::size_t{1} << 30;
 };
 

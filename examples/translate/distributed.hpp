@@ -65,7 +65,7 @@ class Replicas {
   /// rank starts from the same parameters, training batches (`batches`: their fingerprint, which
   /// the trainer computed once; under --bpe-dropout also of the first epoch's pieces) and
   /// checkpoint metadata (configuration, vocabulary, training options) and training state
-  /// (`state`, called only with several ranks: a fingerprint of the update count, data position,
+  /// (`state`, called only under mpirun: a fingerprint of the update count, data position,
   /// optimizer moments and dropout stream), AgreedError otherwise; agree_on_flags compared the
   /// stopping rules. Ranks that resumed other checkpoints of the same weights would stop at
   /// different updates (one waiting for the other's sums for ever) or drift apart.

@@ -32,7 +32,8 @@ void check_model_size(const TransformerConfig& c) {
   ATTN_CHECK(memory <= 0 || needed <= memory, ConfigError, "a model of at least ",
              min_parameter_count(c), " parameters needs ", needed / gib,
              " GiB for its weights, gradients and Adam's moments, more than the ", memory / gib,
-             " GiB this process may use (its machine's memory or its address-space limit; "
+             " GiB this process may use (its machine's memory or its address-space or data "
+             "limit; "
              "--d-model, --d-ff, --layers and --vocab-size set the model's size)");
 }
 

@@ -94,13 +94,14 @@ LossStats Trainer::update() {
   return stats;
 }
 
-// The loss's NumericError for logits that are not finite (weights that the last update made
-// so, with a learning rate too high: --lr-factor 1e30 failed at step 2 naming only a logits row),
-// with what to change.
+// The loss's NumericError for logits that are not finite: after an update of this run, the
+// weights it made so with a learning rate too high (--lr-factor 1e30 failed at step 2 naming only
+// a logits row), with what to change; at the first step of a run nothing of it is to blame.
 LossStats Trainer::loss_and_gradient(Tensor<float>& logits, Index step) {
   try {
     return loss_->forward_backward_in_place(logits, model_->scored_targets(), 1.0, step);
   } catch (const NumericError& e) {
+    if (step <= first_step_) throw;
     throw NumericError(attn::detail::concat(e.what(), kDiverged));
   }
 }

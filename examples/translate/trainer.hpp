@@ -145,6 +145,7 @@ class Trainer {
   double last_grad_norm_ = std::numeric_limits<double>::quiet_NaN();
   int interrupted_by_ = 0;  // the signal that stopped train(), agreed by every rank
   int averaged_ = 0;        // by finish()
+  Index first_step_ = 1;    // the first update of this run (after the checkpoint resumed)
   Index resume_step_ = -1;  // the step of the resume point on disk (write_checkpoint), or -1
   std::string resumed_from_;
   struct SkippedCheckpoint {

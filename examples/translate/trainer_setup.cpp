@@ -133,11 +133,12 @@ Trainer::Trainer(const TrainOptions& options, CorpusSplit data, std::shared_ptr<
                          : std::string("--tokens-per-update "),
              opt_.tokens_per_update, " is more than the ", epoch_tokens,
              " target tokens of all the training data: an update may take at most one epoch");
+  first_step_ = step() + 1;
   double model_bytes = 0;  // weights, gradients and Adam's two moments
   for (const auto& p : model_->parameters())
     model_bytes += 16.0 * static_cast<double>(p.value.numel());
   check_batch_memory(model_->config(), stream_->whole_batches().batches(), replicas_->size(),
-                     model_bytes, opt_.max_tokens);
+                     model_bytes, opt_.max_tokens, opt_.resume);
   replicas_->start(*model_, stream_->batches_fingerprint(), metadata(),
                    [this] { return state_fingerprint(); });
   if (opt_.resume) set_aside_skipped_checkpoints();

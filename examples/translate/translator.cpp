@@ -25,46 +25,64 @@ DecodeOptions TranslateOptions::decode_options() const {
   return d;
 }
 
+namespace {
+
+// The batches translate_ids decodes: the non-empty sources in `order` (by length, so that padding
+// and wasted decoder steps stay small within each batch), batch_size at a time, and each batch's
+// longest source.
+struct DecodeBatches {
+  std::vector<std::size_t> order;
+  std::vector<Index> longest;
+};
+
+// The batches of `sources`, each checked before any is decoded, with the options: a batch that
+// cannot be decoded is refused before the hours the others take, not after them.
+DecodeBatches plan_batches(const Transformer<float>& model,
+                           const std::vector<std::vector<TokenId>>& sources,
+                           const TranslateOptions& options) {
+  ATTN_CHECK(options.batch_size >= 1, ConfigError, "batch size must be >= 1, got ",
+             options.batch_size);
+  // Also when every line is empty.
+  options.decode_options().validate(model.config().tgt_vocab, model.config().pad_id);
+  DecodeBatches b;
+  for (std::size_t i = 0; i < sources.size(); ++i)
+    if (!sources[i].empty()) b.order.push_back(i);
+  std::stable_sort(b.order.begin(), b.order.end(), [&](std::size_t x, std::size_t y) {
+    return sources[x].size() < sources[y].size();
+  });
+  const auto batch = static_cast<std::size_t>(options.batch_size);
+  for (std::size_t begin = 0; begin < b.order.size(); begin += batch) {
+    const std::size_t end = std::min(b.order.size(), begin + batch);
+    b.longest.push_back(static_cast<Index>(sources[b.order[end - 1]].size()));
+    detail::check_decode_memory(model.config(), static_cast<Index>(end - begin), !options.greedy,
+                                options.beam, b.longest.back(),
+                                b.longest.back() + options.max_extra_length, sizeof(float),
+                                "lower --batch-size, --beam or --max-extra-length");
+  }
+  return b;
+}
+
+}  // namespace
+
 std::vector<std::vector<TokenId>> translate_ids(Transformer<float>& model,
                                                 const std::vector<std::vector<TokenId>>& sources,
                                                 const TranslateOptions& options) {
-  ATTN_CHECK(options.batch_size >= 1, ConfigError, "batch size must be >= 1, got ",
-             options.batch_size);
-  std::vector<std::vector<TokenId>> out(sources.size());
-  // Sorting by length keeps padding (and wasted decoder steps) small within each batch.
-  std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < sources.size(); ++i)
-    if (!sources[i].empty()) order.push_back(i);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return sources[a].size() < sources[b].size();
-  });
+  const DecodeBatches b = plan_batches(model, sources, options);
   const DecodeOptions dec = options.decode_options();
-  dec.validate(model.config().tgt_vocab,
-               model.config().pad_id);  // before any work, and also when every line is empty
-  // The batches, longest sources last, each checked before any is decoded: a batch that cannot
-  // be decoded is refused before the hours the others take, not after them.
   const auto batch = static_cast<std::size_t>(options.batch_size);
-  std::vector<Index> longest;  // of each batch
-  for (std::size_t begin = 0; begin < order.size(); begin += batch) {
-    const std::size_t end = std::min(order.size(), begin + batch);
-    longest.push_back(static_cast<Index>(sources[order[end - 1]].size()));
-    detail::check_decode_memory(model.config().decoder_layers, model.config().d_model,
-                                static_cast<Index>(end - begin), !options.greedy, options.beam,
-                                longest.back(), longest.back() + options.max_extra_length,
-                                sizeof(float), "lower --batch-size, --beam or --max-extra-length");
-  }
   const TokenId pad = model.config().pad_id;
-  for (std::size_t begin = 0; begin < order.size(); begin += batch) {
-    const std::size_t end = std::min(order.size(), begin + batch);
-    const Index S = longest[begin / batch];
+  std::vector<std::vector<TokenId>> out(sources.size());
+  for (std::size_t begin = 0; begin < b.order.size(); begin += batch) {
+    const std::size_t end = std::min(b.order.size(), begin + batch);
+    const Index S = b.longest[begin / batch];
     Tensor<TokenId> src = Tensor<TokenId>::full({static_cast<Index>(end - begin), S}, pad);
     for (std::size_t k = begin; k < end; ++k) {
-      const auto& s = sources[order[k]];
+      const auto& s = sources[b.order[k]];
       for (std::size_t j = 0; j < s.size(); ++j)
         src(static_cast<Index>(k - begin), static_cast<Index>(j)) = s[j];
     }
     auto hyps = options.greedy ? greedy_decode(model, src, dec) : beam_search(model, src, dec);
-    for (std::size_t k = begin; k < end; ++k) out[order[k]] = std::move(hyps[k - begin]);
+    for (std::size_t k = begin; k < end; ++k) out[b.order[k]] = std::move(hyps[k - begin]);
   }
   return out;
 }
@@ -146,11 +164,15 @@ std::vector<std::string> Translator::translate(const std::vector<std::string>& l
 void Translator::translate_each(const std::vector<std::string>& lines,
                                 const TranslateOptions& options, const std::string& input_name,
                                 const std::function<void(std::string&&)>& sink) {
-  // Checked first, chunk by chunk, so that a bad line costs no decoding time; each chunk's ids
-  // are made again when it is decoded (encoding costs far less than decoding).
-  for (std::size_t at = 0; at < lines.size(); at += kChunkLines)
-    encode_lines(lines.data() + at, std::min(kChunkLines, lines.size() - at), input_name, at + 1);
+  // Checked first, chunk by chunk, lines and batches (plan_batches), so that a bad line or a
+  // batch too large costs no decoding time; each chunk's ids are made again when it is decoded
+  // (encoding costs far less than decoding).
   const TranslateOptions resolved = resolve(options);
+  for (std::size_t at = 0; at < lines.size() || at == 0; at += kChunkLines)
+    plan_batches(*model_,
+                 encode_lines(lines.data() + at, std::min(kChunkLines, lines.size() - at),
+                              input_name, at + 1),
+                 resolved);
   for (std::size_t at = 0; at < lines.size(); at += kChunkLines) {
     const auto ids = encode_lines(lines.data() + at, std::min(kChunkLines, lines.size() - at),
                                   input_name, at + 1);

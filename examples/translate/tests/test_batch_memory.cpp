@@ -14,11 +14,12 @@ using attn::testing::error_of;
 
 namespace {
 
+// A batch of `rows` sentences of src_len and tgt_len tokens, none of them padding.
 tr::Batch padded(Index rows, Index src_len, Index tgt_len) {
   tr::Batch b;
-  b.src = attn::Tensor<attn::TokenId>({rows, src_len});
-  b.tgt_in = attn::Tensor<attn::TokenId>({rows, tgt_len});
-  b.tgt_out = attn::Tensor<attn::TokenId>({rows, tgt_len});
+  b.src = attn::Tensor<attn::TokenId>::full({rows, src_len}, 5);
+  b.tgt_in = attn::Tensor<attn::TokenId>::full({rows, tgt_len}, 5);
+  b.tgt_out = attn::Tensor<attn::TokenId>::full({rows, tgt_len}, 5);
   return b;
 }
 
@@ -45,13 +46,33 @@ TEST(BatchMemory, ABatchBeyondThisProcesssMemoryIsRefusedNamingMaxTokens) {
   const std::string message =
       error_of<attn::ConfigError>([&] { tr::check_batch_memory(base, batches, 1, 1e9, 2048000); });
   EXPECT_TRUE(contains(message,
-                       "--max-tokens 2048000 makes a batch of 2000 sentences padded to 1024 source "
-                       "and 1000 target tokens, whose step needs at least "))
+                       "a training batch of 2000 sentences padded to 1024 source and 1000 target "
+                       "tokens (batches of at most 2048000 tokens), needs at least "))
       << message;
   EXPECT_TRUE(contains(message, "GiB this process may use; lower --max-tokens")) << message;
+  const std::string resumed = error_of<attn::ConfigError>(
+      [&] { tr::check_batch_memory(base, batches, 1, 1e9, 2048000, true); });
+  EXPECT_TRUE(contains(resumed, "the checkpoint's train.max_tokens makes the batches")) << resumed;
   // The base model's usual batch fits, and so does the large one shared by enough ranks.
   EXPECT_NO_THROW(tr::check_batch_memory(base, {padded(32, 64, 64)}, 1, 1e9, 4096));
   EXPECT_NO_THROW(tr::check_batch_memory(base, batches, 1000, 1e9, 2048000));
+  // A rank's share is padded to its own longest sentences (share_batch): one long row among short
+  // ones counts for one rank only. 2,000 rows of 8 tokens but row 0 of 1,024, on 2 ranks: rank 1's
+  // share is 1,000 rows of 8 tokens, rank 0's 1,000 rows padded to 1,024 (refused); on 2,000
+  // ranks rank 0's share is that one row, which fits.
+  tr::Batch mixed = padded(2000, 1024, 1000);
+  for (Index r = 1; r < 2000; ++r)
+    for (Index j = 8; j < 1024; ++j) {
+      mixed.src(r, j) = base.pad_id;
+      if (j < 1000) mixed.tgt_out(r, j) = mixed.tgt_in(r, j) = base.pad_id;
+    }
+  const std::string shared =
+      error_of<attn::ConfigError>([&] { tr::check_batch_memory(base, {mixed}, 2, 1e9, 2048000); });
+  EXPECT_TRUE(contains(shared,
+                       "a training batch's share on one rank, 1000 sentences padded to "
+                       "1024 source and 1000 target tokens"))
+      << shared;
+  EXPECT_NO_THROW(tr::check_batch_memory(base, {mixed}, 2000, 1e9, 2048000));
   // The model alone beyond the memory: every batch is too much.
   EXPECT_THROW(tr::check_batch_memory(base, {padded(1, 2, 2)}, 1, memory, 4096), attn::ConfigError);
 }

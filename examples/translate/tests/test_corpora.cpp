@@ -238,10 +238,10 @@ TEST(DebianDescriptions, LoadsAptListsAndNamesWhatIsMissing) {
             }).find("more than the " + std::to_string(o.max_file_bytes) + " this reader accepts"),
             std::string::npos);
   // Many files, each within its limit, are held to one limit together: the English file and
-  // copies of the German one, with room for two of them.
+  // copies of the German one, with room for two and a half of them.
   write_file(de, kGerman);
   o.max_file_bytes = std::size_t{1} << 30;
-  o.max_total_bytes = kEnglish.size() + 2 * kGerman.size();
+  o.max_total_bytes = kEnglish.size() + 2 * kGerman.size() + kGerman.size() / 2;
   for (const char* copy : {"a", "b", "c"})
     write_file(dir / (std::string("host_debian_dists_") + copy + "_main_i18n_Translation-de"),
                kGerman);
@@ -250,7 +250,7 @@ TEST(DebianDescriptions, LoadsAptListsAndNamesWhatIsMissing) {
                          " bytes together, the most that are read"),
             std::string::npos)
       << message;
-  o.max_total_bytes += 2 * kGerman.size();  // room for all four
+  o.max_total_bytes = kEnglish.size() + 4 * kGerman.size();  // room for all four, exactly
   EXPECT_EQ(load_debian_descriptions(o).size(), 5u);
 }
 

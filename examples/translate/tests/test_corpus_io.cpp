@@ -82,8 +82,7 @@ TEST(CorpusIo, GzipBombStopsAtTheCap) {
   write_lines((dir / "plain").string(), {std::string(kCap, 'p')});
   const std::string plain =
       error_of<attn::FormatError>([&] { read_lines((dir / "plain").string(), kCap); });
-  EXPECT_NE(plain.find("holds more than 1048576 bytes of text (the limit of one text file after "
-                       "decompression)"),
+  EXPECT_NE(plain.find("holds more than 1048576 bytes of text (the limit of one text file)"),
             std::string::npos)
       << plain;
   EXPECT_EQ(plain.find("gzip"), std::string::npos) << plain;

@@ -173,6 +173,8 @@ TEST_F(HostilePaths, TrainFlagsOutOfRangeAreRefusedBeforeAnyDataIsRead) {
       {"--keep 9223372036854775807",
        "--keep: expected a decimal integer in [-2147483648, 2147483647], got 9223372036854775807"},
       {"--show 2147483648", "--show: expected a decimal integer in [-2147483648, 2147483647]"},
+      {"--keep 99999999999999999999",
+       "--keep: expected a decimal integer in [-2147483648, 2147483647]"},
       {"--vocab-size 3000000", "--vocab-size must be in [1, 2097152], got 3000000"},
       {"--average 2 --keep 1",
        "--average 2 averages the last 2 checkpoints, but --keep 1 keeps only 1"},
@@ -215,7 +217,7 @@ TEST_F(HostilePaths, AModelBeyondTheAddressSpaceLimitIsRefusedBeforeAnyDataIsRea
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_TRUE(contains(r.err,
                        "GiB this process may use (its machine's memory or its "
-                       "address-space limit;"))
+                       "address-space or data limit;"))
       << r.err;
   EXPECT_FALSE(fs::exists(m + "/spm.model"));
 }

@@ -37,7 +37,7 @@ TEST_F(Reliability, AbsurdDecodeFlagsAreRefusedWithTheirBounds) {
   const std::string m = (suite_dir_ / "model").string(), in = input("the red cat\n");
   const std::pair<std::string, std::string> cases[] = {
       {"--beam 4611686018427387904",
-       "--beam: expected a number in [1,256], got 4611686018427387904"},
+       "--beam: expected a decimal integer in [-2147483648, 2147483647], got 4611686018427387904"},
       {"--beam 0", "--beam: expected a number in [1,256], got 0"},
       {"--max-extra-length 36028797018963961",
        "--max-extra-length: expected a number in [0,4096], got 36028797018963961"},
@@ -49,7 +49,7 @@ TEST_F(Reliability, AbsurdDecodeFlagsAreRefusedWithTheirBounds) {
       {"--batch-size 0", "--batch-size: expected a number > 0, got 0"},
       // CLI11 read 0x as hexadecimal and clamped a number past 64 bits (the check of the integer
       // flags missed those with a named range check, whose type reads INT:[1,256]).
-      {"--beam 0x10", "--beam: expected a decimal integer in [-9223372036854775808"},
+      {"--beam 0x10", "--beam: expected a decimal integer in [-2147483648, 2147483647]"},
       {"--batch-size 99999999999999999999",
        "--batch-size: expected a decimal integer in [-9223372036854775808"}};
   for (const auto& [flags, expected] : cases) {
@@ -67,24 +67,26 @@ TEST_F(Reliability, AbsurdDecodeFlagsAreRefusedWithTheirBounds) {
   }
 }
 
-// A batch of sentences times a beam times the output length whose key/value caches would not fit
-// in this machine's memory is refused before decoding, naming the flags that size it: it failed
-// with "std::bad_alloc" under an address-space limit, and without one grew until the OOM killer.
+// A batch of sentences times a beam times the output length whose key/value caches, activations
+// and logits would not fit in this machine's memory is refused before decoding, naming the flags
+// that size it: it failed with "std::bad_alloc" under an address-space limit, and without one grew
+// until the OOM killer. (The caches alone were counted until session 53: a batch estimated at
+// 1.91 GiB took 5.49.)
 TEST_F(Reliability, DecodingBeyondTheMachinesMemoryIsRefusedNamingTheFlags) {
   const std::string m = (suite_dir_ / "model").string(), out = path("out.txt");
   const attn::TransformerConfig c = tr::Translator(m).model().config();
   // Enough one-word sentences (at least one token each) for beam 256 and 4,096 extra tokens.
-  const attn::detail::DecodeMemory one =
-      attn::detail::decode_memory(c.decoder_layers, c.d_model, 1, true, 256, 1, 4097, 4);
+  const attn::detail::DecodeMemory one = attn::detail::decode_memory(c, 1, true, 256, 1, 4097, 4);
   ASSERT_GT(one.available, 0.0);
-  const auto batch = static_cast<std::size_t>(std::ceil(one.available / one.caches)) + 1;
+  ASSERT_GT(one.buffers, 0.0);
+  const auto batch = static_cast<std::size_t>(std::ceil(one.available / one.total())) + 1;
   std::string text;
   for (std::size_t i = 0; i < batch; ++i) text += "cat\n";
   const CliResult r =
       run("translate --threads 1 --model-dir " + m + " --input " + input(text) + " --output " +
           out + " --beam 256 --max-extra-length 4096 --batch-size " + std::to_string(batch));
   expect_error(r, {"decode: " + std::to_string(batch) + " sentences x 256 beam rows",
-                   "GiB of key/value caches, more than the",
+                   "GiB of key/value caches, ", " of activations and logits), more than the",
                    "lower --batch-size, --beam or --max-extra-length"});
   EXPECT_FALSE(fs::exists(out));
 }
