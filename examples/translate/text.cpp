@@ -9,42 +9,6 @@
 
 namespace attn::translate {
 
-std::size_t find_invalid_utf8(std::string_view text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const std::size_t n = text.size();
-  std::size_t i = 0;
-  while (i < n) {
-    const unsigned char c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    // The allowed range of the second byte encodes the overlong, surrogate and > U+10FFFF rules
-    // (Unicode 15, Table 3-7 "Well-Formed UTF-8 Byte Sequences").
-    std::size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;  // overlong below U+0800
-      if (c == 0xED) hi = 0x9F;  // surrogates U+D800..U+DFFF
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;  // overlong below U+10000
-      if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
-    } else {
-      return i;  // continuation byte without a lead, C0/C1 overlong leads, F5..FF
-    }
-    if (i + len > n) return i;
-    if (s[i + 1] < lo || s[i + 1] > hi) return i;
-    for (std::size_t k = 2; k < len; ++k)
-      if (s[i + k] < 0x80 || s[i + k] > 0xBF) return i;
-    i += len;
-  }
-  return std::string_view::npos;
-}
-
 void check_utf8_line(std::string_view line, std::string_view where, std::size_t line_no) {
   const std::size_t bad = find_invalid_utf8(line);
   ATTN_CHECK(bad == std::string_view::npos, DataError, where, " line ", line_no,

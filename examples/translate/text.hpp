@@ -8,12 +8,11 @@
 #include <string>
 #include <string_view>
 
+#include <attn/utf8.hpp>
+
 namespace attn::translate {
 
-/// Byte offset of the first ill-formed UTF-8 sequence in `text`, or std::string_view::npos if the
-/// text is well formed. Rejects, as RFC 3629 does: stray continuation bytes, truncated sequences,
-/// overlong encodings, UTF-16 surrogates (U+D800..U+DFFF) and code points above U+10FFFF.
-std::size_t find_invalid_utf8(std::string_view text);
+using attn::find_invalid_utf8;  // attn/utf8.hpp
 inline bool is_valid_utf8(std::string_view text) {
   return find_invalid_utf8(text) == std::string_view::npos;
 }

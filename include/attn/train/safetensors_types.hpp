@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attn/tensor.hpp"
+#include "attn/utf8.hpp"
 
 namespace attn {
 
@@ -92,43 +93,6 @@ inline std::string shape_str(const std::vector<Index>& shape) {
 
 namespace detail {
 
-/// The index of the first byte of `s` that is not part of well-formed UTF-8 (Unicode's Table 3-7:
-/// no overlong forms, no surrogates, nothing past U+10FFFF), or std::string::npos when all of it
-/// is. One pass: the header is JSON text, which must be UTF-8, and nlohmann's dump() refuses
-/// anything else with an exception that is not an attn::Error.
-inline std::size_t utf8_invalid_at(const std::string& s) {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = byte(i);
-    std::size_t n = 0;                   // continuation bytes
-    unsigned char lo = 0x80, hi = 0xBF;  // the range of the first continuation byte
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      n = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 2;
-      if (c == 0xE0) lo = 0xA0;  // overlong below U+0800
-      if (c == 0xED) hi = 0x9F;  // surrogates U+D800..U+DFFF
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 3;
-      if (c == 0xF0) lo = 0x90;  // overlong below U+10000
-      if (c == 0xF4) hi = 0x8F;  // past U+10FFFF
-    } else {
-      return i;
-    }
-    for (std::size_t k = 1; k <= n; ++k) {
-      if (i + k >= s.size()) return i + k;
-      const unsigned char b = byte(i + k);
-      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) return i + k;
-    }
-    i += n + 1;
-  }
-  return std::string::npos;
-}
-
 /// `s` with every byte outside printable ASCII written as \xHH, for messages about bytes that are
 /// not text.
 inline std::string escaped_bytes(const std::string& s) {
@@ -148,15 +112,14 @@ inline std::string escaped_bytes(const std::string& s) {
 }
 
 /// ConfigError unless `text`, a string save_safetensors puts in the header, is valid UTF-8
-/// (utf8_invalid_at), naming the `kind` and `name` of the string (escaped_bytes) and the first
-/// byte that is not.
+/// (find_invalid_utf8, in one pass: the header is JSON text, which must be UTF-8, and nlohmann's
+/// dump() refuses anything else with an exception that is not an attn::Error), naming the `kind`
+/// and `name` of the string (escaped_bytes) and the byte where the ill-formed sequence begins.
 inline void check_header_text(const std::string& text, const char* kind, const std::string& name) {
-  const std::size_t at = utf8_invalid_at(text);
+  const std::size_t at = find_invalid_utf8(text);
   if (at == std::string::npos) return;
-  const std::string where = at < text.size()
-                                ? "byte " + std::to_string(at) + " (" +
-                                      escaped_bytes(text.substr(at, 1)) + ") breaks the encoding"
-                                : std::string("it ends inside a character");
+  const std::string where = "byte " + std::to_string(at) + " (" +
+                            escaped_bytes(text.substr(at, 1)) + ") begins no well-formed character";
   ATTN_CHECK(false, ConfigError, "save_safetensors: ", kind, " \"", escaped_bytes(name),
              "\" is not valid UTF-8, which the JSON header must be: ", where);
 }
