@@ -50,19 +50,25 @@ std::uint64_t rank_seed(std::uint64_t seed, int rank) {
                    : mix64(seed ^ mix64(0x5851f42d4c957f2dULL * static_cast<unsigned>(rank)));
 }
 
-void share_batch(const Batch& full, int rank, int ranks, Batch& out) {
-  std::vector<Index> rows;
-  for (Index r = rank; r < full.rows(); r += ranks) rows.push_back(r);
+ShareShape share_shape(const Batch& full, int rank, int ranks) {
+  ShareShape s;
+  for (Index r = rank; r < full.rows(); r += ranks) s.rows.push_back(r);
   const TokenId pad = SubwordVocab::kPad;  // the trainer batches with the vocabulary's ids
-  const Index S = longest(full.src, rows, pad), T = longest(full.tgt_out, rows, pad);
-  copy_rows(full.src, rows, S, out.src);
-  copy_rows(full.tgt_in, rows, T, out.tgt_in);
-  copy_rows(full.tgt_out, rows, T, out.tgt_out);
+  s.src_len = longest(full.src, s.rows, pad);
+  s.tgt_len = longest(full.tgt_out, s.rows, pad);
+  return s;
+}
+
+void share_batch(const Batch& full, int rank, int ranks, Batch& out) {
+  const ShareShape s = share_shape(full, rank, ranks);
+  copy_rows(full.src, s.rows, s.src_len, out.src);
+  copy_rows(full.tgt_in, s.rows, s.tgt_len, out.tgt_in);
+  copy_rows(full.tgt_out, s.rows, s.tgt_len, out.tgt_out);
   out.pairs.clear();
   out.src_tokens = out.tgt_tokens = 0;
-  for (Index r : rows) out.pairs.push_back(full.pairs[static_cast<std::size_t>(r)]);
-  for (TokenId id : out.src) out.src_tokens += id != pad;
-  for (TokenId id : out.tgt_out) out.tgt_tokens += id != pad;
+  for (Index r : s.rows) out.pairs.push_back(full.pairs[static_cast<std::size_t>(r)]);
+  for (TokenId id : out.src) out.src_tokens += id != SubwordVocab::kPad;
+  for (TokenId id : out.tgt_out) out.tgt_tokens += id != SubwordVocab::kPad;
 }
 
 std::string slow_update_warning(double update_seconds, const char* sigkill_timeout) {

@@ -119,8 +119,15 @@ int default_rank_threads(int cores, int local_ranks, int bound_cpus);
 /// The dropout seed of rank `rank`: `seed` itself on rank 0, so that a one-rank run is unchanged.
 std::uint64_t rank_seed(std::uint64_t seed, int rank);
 
-/// Rows rank, rank + ranks, ... of `full` into `out`, padded only to their own longest source
-/// and target.
+/// The rows of `full` that rank `rank` of `ranks` takes (rank, rank + ranks, ...), and their
+/// longest source and target: the shape of its share.
+struct ShareShape {
+  std::vector<Index> rows;
+  Index src_len = 0, tgt_len = 0;
+};
+ShareShape share_shape(const Batch& full, int rank, int ranks);
+
+/// The rows of share_shape into `out`, padded only to their own longest source and target.
 void share_batch(const Batch& full, int rank, int ranks, Batch& out);
 
 /// What rank 0 prints, once, when an update takes `update_seconds` and Open MPI's mpirun would
