@@ -299,7 +299,7 @@ class Decoder : public LayerStack<T, DecoderLayer<T>> {
                                 const KeyPaddingMask& memory_padding, DecoderCache<T>& cache) {
     check_step(y_t, memory, memory_padding, cache);
     const Tensor<T>* h = &y_t;
-    const Index position = cache.layers.empty() ? 0 : cache.layers[0].self.length;
+    const Index position = cache.length();
     std::size_t i = 0;
     try {
       for (; i < this->layers.size(); ++i)
